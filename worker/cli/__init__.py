@@ -1,0 +1,46 @@
+"""`conductor`: one CLI, one subcommand module per area.
+
+Each module in `SUBCOMMANDS` exposes `register(subparsers)`, which adds its
+parsers and sets `func` (a callable taking the parsed namespace and returning
+an exit code) on each leaf.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+from worker.process import exit_now
+
+SUBCOMMANDS = (
+    "worker.cli.contract",
+    "worker.cli.admission",
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="conductor",
+        description="Mission Conductor: run fleets of agentic workloads fairly and durably.",
+    )
+    subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for module_name in SUBCOMMANDS:
+        importlib.import_module(module_name).register(subparsers)
+    return parser
+
+
+def run(argv: Sequence[str] | None = None) -> int:
+    """Parse and run one command; returns its exit code (used by tests)."""
+    args = build_parser().parse_args(argv)
+    return int(args.func(args) or 0)
+
+
+def main() -> None:
+    """Console-script entry point."""
+    exit_now(run(sys.argv[1:]))
+
+
+if __name__ == "__main__":
+    main()

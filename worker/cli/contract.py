@@ -1,0 +1,9 @@
+"""`conductor contract` subcommands."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    subparsers.add_parser("contract", help="(under construction)")
