@@ -1,0 +1,199 @@
+"""Boundary types of the admission engine.
+
+These are pydantic models because they cross boundaries: CLI traces, Temporal
+payloads, query results. The engine keeps its own compact internal state and
+converts at the edges, so validation cost is paid once per operation.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Literal, Union
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+
+RuntimeKind = Literal["host", "container", "vm", "microvm", "custom"]
+PriorityClass = Literal["P0", "P1", "P2", "P3"]
+AdmissionState = Literal["queued", "admitted", "denied", "cancelled", "timed-out", "preempted", "released"]
+AuditEventType = Literal[
+    "queued", "admitted", "renewed", "released", "cancelled", "timed-out",
+    "denied", "preempted", "displaced", "policy-changed",
+]
+
+TERMINAL_STATES: frozenset[str] = frozenset({"denied", "cancelled", "timed-out", "preempted", "released"})
+LANE_OVERRIDE_POLICY = "priority-wip-override-v1"
+PREEMPTION_POLICY = "preemption"
+QUOTA_POLICY = "quota"
+
+
+def _aware(value: datetime) -> datetime:
+    if value.tzinfo is None or value.utcoffset() is None:
+        raise ValueError("must carry a UTC offset, e.g. 2026-01-01T00:00:00Z")
+    return value
+
+
+AwareDatetime = Annotated[datetime, AfterValidator(_aware)]
+Identifier = Annotated[str, Field(min_length=1, max_length=256, pattern=r"^[^\s]+$")]
+Name = Annotated[str, Field(min_length=1, max_length=256)]
+Quota = Annotated[int, Field(ge=0)]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class PriorityAdmission(_Strict):
+    """Lane priority admission (`priority-wip-override-v1`): opt-in displacement in a full lane."""
+
+    enabled: bool = False
+    override_priorities: list[PriorityClass] = Field(default_factory=lambda: ["P0", "P1"])
+
+
+class AdmissionPolicy(_Strict):
+    """Quotas and rules of one host group. Missing quota maps mean 'unlimited'."""
+
+    max_concurrent: Quota
+    lease_ttl_seconds: float = Field(default=300, gt=0)
+    aging_interval_seconds: float = Field(default=30, gt=0)
+    allow_preemption: bool = False
+    preemption_margin: int = Field(default=0, ge=0)
+    environment_quotas: dict[str, Quota] = Field(default_factory=dict)
+    provider_quotas: dict[str, Quota] = Field(default_factory=dict)
+    runtime_quotas: dict[RuntimeKind, Quota] = Field(default_factory=dict)
+    default_host_quota: Quota = 1
+    lane_wip_limits: dict[str, Quota] = Field(default_factory=dict)
+    priority_admission: PriorityAdmission = Field(default_factory=PriorityAdmission)
+    terminal_retention_seconds: float = Field(default=86400, ge=0)
+
+    def runtime_limit(self, runtime_kind: str) -> int | None:
+        """The `host` tier is serialised (default 1) unless set; other tiers are unlimited unless set."""
+        if runtime_kind in self.runtime_quotas:
+            return self.runtime_quotas[runtime_kind]  # type: ignore[index]
+        return self.default_host_quota if runtime_kind == "host" else None
+
+
+class AdmissionRequest(_Strict):
+    """One workload asking to run on the host group."""
+
+    request_id: Identifier
+    orchestrator_id: Identifier
+    environment: Name
+    provider: Name
+    runtime_kind: RuntimeKind
+    priority: int
+    submitted_at: AwareDatetime
+    queue_timeout_seconds: float = Field(gt=0)
+    preemptible: bool = False
+    lane: Name | None = None
+    priority_class: PriorityClass = "P2"
+
+    def placement_identity(self) -> tuple[str, str, str, str, str | None]:
+        """What a replay of the same id must repeat; anything else is an identity collision."""
+        return (self.orchestrator_id, self.environment, self.provider, self.runtime_kind, self.lane)
+
+
+class AdmissionRecord(AdmissionRequest):
+    """A request plus everything the engine decided about it."""
+
+    state: AdmissionState
+    revision: int
+    reason: str
+    queue_deadline: datetime | None = None
+    admitted_at: datetime | None = None
+    lease_expires_at: datetime | None = None
+    lease_revision: int = 0
+    finished_at: datetime | None = None
+    preempted_by: str | None = None
+
+
+class AuditEvent(_Strict):
+    """One change of one record (or of the policy), numbered by the engine's revision (`seq`)."""
+
+    seq: int
+    type: AuditEventType
+    at: datetime
+    request_id: str | None = None
+    from_state: AdmissionState | None = None
+    to_state: AdmissionState | None = None
+    reason: str = ""
+    related_request_id: str | None = None
+    policy: str | None = None
+
+
+class QueueEntry(_Strict):
+    request_id: str
+    position: int
+    effective_priority: int
+    binding_constraint: str
+
+
+class Snapshot(_Strict):
+    revision: int
+    records: dict[str, AdmissionRecord]
+    queue: list[QueueEntry]
+
+
+# --- operations ---------------------------------------------------------------------------------
+
+
+class Submit(_Strict):
+    op: Literal["submit"] = "submit"
+    request: AdmissionRequest
+
+
+class Renew(_Strict):
+    op: Literal["renew"] = "renew"
+    request_id: str
+    lease_revision: int | None = None
+
+
+class Release(_Strict):
+    op: Literal["release"] = "release"
+    request_id: str
+
+
+class Cancel(_Strict):
+    op: Literal["cancel"] = "cancel"
+    request_id: str
+
+
+class Reconcile(_Strict):
+    op: Literal["reconcile"] = "reconcile"
+
+
+class TakeSnapshot(_Strict):
+    op: Literal["snapshot"] = "snapshot"
+
+
+class SetPolicy(_Strict):
+    op: Literal["set_policy"] = "set_policy"
+    policy: AdmissionPolicy
+
+
+Operation = Annotated[
+    Union[Submit, Renew, Release, Cancel, Reconcile, TakeSnapshot, SetPolicy],
+    Field(discriminator="op"),
+]
+
+ErrorCode = Literal["identity-collision", "not-found", "not-admitted", "stale-lease-revision"]
+
+
+class OpError(_Strict):
+    code: str
+    message: str
+
+
+class OpResult(_Strict):
+    """The outcome of one operation: the record it touched, a snapshot, or an error."""
+
+    op: str
+    ok: bool
+    record: AdmissionRecord | None = None
+    snapshot: Snapshot | None = None
+    error: OpError | None = None
+
+    @model_validator(mode="after")
+    def _error_iff_not_ok(self) -> "OpResult":
+        if self.ok == (self.error is not None):
+            raise ValueError("an OpResult carries an error exactly when ok is false")
+        return self
