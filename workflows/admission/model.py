@@ -7,7 +7,7 @@ converts at the edges, so validation cost is paid once per operation.
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import Annotated, Literal, Union
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
@@ -27,9 +27,10 @@ QUOTA_POLICY = "quota"
 
 
 def _aware(value: datetime) -> datetime:
+    """Times must say where they are; they are kept in UTC so every output reads the same."""
     if value.tzinfo is None or value.utcoffset() is None:
         raise ValueError("must carry a UTC offset, e.g. 2026-01-01T00:00:00Z")
-    return value
+    return value.astimezone(timezone.utc)
 
 
 AwareDatetime = Annotated[datetime, AfterValidator(_aware)]
