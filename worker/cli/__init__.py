@@ -17,6 +17,7 @@ from worker.process import exit_now
 SUBCOMMANDS = (
     "worker.cli.contract",
     "worker.cli.admission",
+    "worker.cli.substrate",
 )
 
 

@@ -1,0 +1,170 @@
+"""HTTP routes of the local substrate: the Agentic Sandbox wire contract, nothing more.
+
+Management plane (`/api/v2/...`) takes the fleet token, the executor plane (`/agents/...`)
+the executor token; each refuses the other's. Errors are `{"error": code, "message": text}`
+(401 `auth.unauthorized` for a missing or wrong token). The rules live in `fleet.py` and
+`executor.py`; this module only authenticates, decodes JSON and picks status codes.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import logging
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from typing import Any
+
+from fastapi import APIRouter, Depends, FastAPI, Request, Response
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from activities.a2a import EXTENSIONS_HEADER, requested_extensions
+from activities.credentials import BearerToken
+from substrate.config import SubstrateConfig
+from substrate.errors import SubstrateError
+from substrate.executor import SUPPORTED_EXTENSIONS, ExecutorService, local_instances
+from substrate.fleet import FleetService
+from substrate.runner import Runner
+from substrate.store import Store
+
+log = logging.getLogger(__name__)
+
+
+def _bearer_check(token: BearerToken, plane: str) -> Callable[[Request], None]:
+    expected = token.reveal().encode()
+
+    def check(request: Request) -> None:
+        scheme, _, presented = request.headers.get("authorization", "").partition(" ")
+        if scheme.lower() != "bearer" or not hmac.compare_digest(presented.strip().encode(), expected):
+            raise SubstrateError(401, "auth.unauthorized", f"a valid bearer token for the {plane} plane is required")
+
+    return check
+
+
+async def _json_body(request: Request, code: str) -> Any:
+    raw = await request.body()
+    try:
+        return json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise SubstrateError(400, code, f"the request body is not JSON: {error}") from None
+
+
+def _json(status: int, body: Any, headers: dict[str, str] | None = None) -> JSONResponse:
+    return JSONResponse(body, status_code=status, headers=headers)
+
+
+def _fleet_routes(config: SubstrateConfig) -> APIRouter:
+    assert isinstance(config.fleet_token, BearerToken)
+    router = APIRouter(prefix="/api/v2", dependencies=[Depends(_bearer_check(config.fleet_token, "management"))])
+
+    def fleet(request: Request) -> FleetService:
+        return request.app.state.fleet  # type: ignore[no-any-return]
+
+    @router.post("/fleet/workloads")
+    async def admit(request: Request) -> Response:
+        replayed, record = fleet(request).admit(await _json_body(request, "fleet.invalid_record"))
+        return _json(200 if replayed else 202, {"replayed": replayed, "workload": record})
+
+    @router.get("/fleet/workloads")
+    async def inventory(request: Request) -> Response:
+        document = fleet(request).inventory()
+        # The contract's inventory has at least one record: an empty fleet has no document.
+        return Response(status_code=204) if document is None else _json(200, document)
+
+    @router.get("/fleet/workloads/{child_id}")
+    async def get_workload(child_id: str, request: Request) -> Response:
+        return _json(200, fleet(request).get(child_id).to_wire())
+
+    @router.post("/fleet/workloads/{child_id}/observations")
+    async def observe(child_id: str, request: Request) -> Response:
+        record = fleet(request).observe(child_id, await _json_body(request, "fleet.invalid_observation"))
+        return _json(200, {"workload": record})
+
+    @router.post("/fleet/reconcile")
+    async def reconcile(request: Request) -> Response:
+        return _json(200, fleet(request).reconcile(await _json_body(request, "fleet.invalid_request")))
+
+    @router.get("/admin/instances")
+    async def instances(request: Request) -> Response:
+        return _json(200, {"instances": request.app.state.executor.instances()})
+
+    return router
+
+
+def _executor_routes(config: SubstrateConfig) -> APIRouter:
+    assert isinstance(config.executor_token, BearerToken)
+    router = APIRouter(
+        prefix="/agents/{instance_id}/v1", dependencies=[Depends(_bearer_check(config.executor_token, "executor"))]
+    )
+
+    def executor(request: Request) -> ExecutorService:
+        return request.app.state.executor  # type: ignore[no-any-return]
+
+    @router.post("/messages:send")
+    async def send(instance_id: str, request: Request) -> Response:
+        requested = requested_extensions(
+            request.headers.getlist(EXTENSIONS_HEADER) + request.headers.getlist(f"X-{EXTENSIONS_HEADER}")
+        )
+        body = await _json_body(request, "executor.invalid_message")
+        created, task = await executor(request).send(instance_id, requested, body)
+        activated = ", ".join(uri for uri in SUPPORTED_EXTENSIONS if uri in requested)
+        return _json(202 if created else 200, task, headers={EXTENSIONS_HEADER: activated})
+
+    @router.get("/tasks/{task_id}")
+    async def get_task(instance_id: str, task_id: str, request: Request) -> Response:
+        return _json(200, executor(request).get(instance_id, task_id))
+
+    @router.post("/tasks/{task_id}/cancel")
+    async def cancel_task(instance_id: str, task_id: str, request: Request) -> Response:
+        return _json(200, await executor(request).cancel(instance_id, task_id))
+
+    return router
+
+
+def create_app(config: SubstrateConfig) -> FastAPI:
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        store = Store(config.database)
+        fleet = FleetService(store)
+        runner = Runner(store, fleet, config.runner_settings())
+        recovered = runner.recover()
+        if recovered:
+            log.warning("substrate: %d task(s) from a previous run recorded as unknown", recovered)
+        app.state.fleet = fleet
+        app.state.executor = ExecutorService(
+            store, fleet, runner, local_instances(config.instances), config.isolation_kinds
+        )
+        try:
+            yield
+        finally:
+            await runner.shutdown()
+            store.close()
+
+    app = FastAPI(
+        title="Mission Conductor local substrate",
+        description="The Agentic Sandbox fleet and executor API, running workloads as local processes.",
+        lifespan=lifespan,
+        docs_url=None,
+        redoc_url=None,
+        openapi_url=None,
+    )
+    app.include_router(_fleet_routes(config))
+    app.include_router(_executor_routes(config))
+
+    @app.exception_handler(SubstrateError)
+    async def substrate_error(_: Request, error: SubstrateError) -> Response:
+        headers = {"WWW-Authenticate": "Bearer"} if error.status == 401 else None
+        return _json(error.status, error.body(), headers)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(_: Request, error: StarletteHTTPException) -> Response:
+        code = {404: "http.not_found", 405: "http.method_not_allowed"}.get(error.status_code, "http.error")
+        return _json(error.status_code, {"error": code, "message": str(error.detail)})
+
+    @app.exception_handler(Exception)
+    async def internal_error(_: Request, error: Exception) -> Response:
+        log.exception("substrate: unhandled error")
+        return _json(500, {"error": "substrate.internal_error", "message": f"internal error: {type(error).__name__}"})
+
+    return app

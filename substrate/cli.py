@@ -1,0 +1,64 @@
+"""`serve` command line: shared by `conductor substrate serve` and `python -m substrate serve`.
+
+Tokens come from `CONDUCTOR_FLEET_TOKEN` / `CONDUCTOR_EXECUTOR_TOKEN` (or their `_FILE`
+variants) or from `--fleet-token-file` / `--executor-token-file`; there is deliberately no
+option that takes a token value, since argv is visible to every user of the machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+
+from activities.credentials import MissingCredential, executor_token, fleet_token
+from substrate.config import DEFAULT_DATA_DIR, DEFAULT_HOST, DEFAULT_PORT, SubstrateConfig
+from substrate.server import READY_PREFIX, serve
+
+
+def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--host", default=DEFAULT_HOST, help=f"address to bind (default {DEFAULT_HOST})")
+    parser.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port, 0 for a free one (default {DEFAULT_PORT})")
+    parser.add_argument(
+        "--data-dir", type=Path, default=DEFAULT_DATA_DIR, help=f"SQLite file and task outputs (default {DEFAULT_DATA_DIR})"
+    )
+    parser.add_argument("--instances", type=int, default=1, help="executor instances local-1..local-N (default 1)")
+    parser.add_argument("--fleet-token-file", type=Path, help="file holding the management-plane token")
+    parser.add_argument("--executor-token-file", type=Path, help="file holding the executor-plane (A2A) token")
+    parser.set_defaults(func=run_serve)
+
+
+def run_serve(args: argparse.Namespace) -> int:
+    try:
+        config = SubstrateConfig(
+            fleet_token=fleet_token(file=args.fleet_token_file),
+            executor_token=executor_token(file=args.executor_token_file),
+            data_dir=args.data_dir,
+            instances=args.instances,
+            host=args.host,
+            port=args.port,
+        )
+    except (MissingCredential, ValueError) as error:
+        print(f"conductor substrate: {error}", file=sys.stderr)
+        return 2
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+    def ready(url: str) -> None:
+        names = ", ".join(f"local-{n}" for n in range(1, config.instances + 1))
+        print(f"{READY_PREFIX}{url} (instances {names}; data {config.data_dir})", flush=True)
+
+    try:
+        serve(config, ready=ready)
+    except OSError as error:
+        print(f"conductor substrate: cannot listen on {config.host}:{config.port}: {error.strerror}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m substrate", allow_abbrev=False)
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    add_serve_arguments(commands.add_parser("serve", help="run the local substrate", allow_abbrev=False))
+    args = parser.parse_args(argv)
+    return int(args.func(args))

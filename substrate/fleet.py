@@ -1,0 +1,289 @@
+"""The management plane's rules: admission, revisioned observations, inventory, reconciliation.
+
+HTTP-free so the same rules serve the API and the substrate's own runner, which reports
+what its processes do through `record()`, the very compare-and-swap path external observers
+use. Every document leaving here went through `to_wire`, i.e. it is schema-valid.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ValidationError
+
+from activities.sandbox_api import ObservationRequest, ReconcileRequest, RuntimeIdentity
+from substrate.errors import SubstrateError, not_found
+from substrate.store import Store, StoredWorkload
+from workflows.contract import (
+    API_VERSION,
+    TERMINAL_FAILURE_STATES,
+    ContractError,
+    ReconciliationReport,
+    WorkloadRecord,
+    WorkloadStatus,
+    describe_validation_error,
+    find_credential_keys,
+    parse_document,
+    to_wire,
+)
+
+_IDENTITY_FIELDS = ("task_id", "session_id", "command_id")
+M = TypeVar("M", bound=BaseModel)
+
+
+def now() -> datetime:
+    return datetime.now(UTC)
+
+
+def identity_sha256(wire: dict[str, Any]) -> str:
+    """Hash of the canonical JSON of a record without `status.last_seen` (replay identity)."""
+    document = json.loads(json.dumps(wire))
+    document.get("status", {}).pop("last_seen", None)
+    canonical = json.dumps(document, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+
+
+def _issues_text(issues: list[tuple[str, str]], limit: int = 8) -> str:
+    shown = [f"{path}: {message}" for path, message in issues[:limit]]
+    if len(issues) > limit:
+        shown.append(f"... and {len(issues) - limit} more")
+    return "; ".join(shown)
+
+
+def _reject_credentials(body: object, code: str) -> None:
+    paths = find_credential_keys(body)
+    if paths:
+        raise SubstrateError(
+            400,
+            code,
+            "credential material must not cross the contract boundary: remove "
+            + ", ".join(paths)
+            + " and name credentials through spec.policy.credential_policy_ref instead",
+        )
+
+
+def _parse_envelope(model: type[M], body: object, code: str) -> M:
+    try:
+        return model.model_validate(body)  # type: ignore[return-value]
+    except ValidationError as error:
+        raise SubstrateError(400, code, _issues_text(describe_validation_error(error))) from None
+
+
+def _classify(record: WorkloadRecord | None) -> tuple[str, str, int, str | None]:
+    """(classification, observed_state, revision, reason) from the stored state alone."""
+    if record is None:
+        return "unknown", "unknown", 0, "no workload record with this child_id"
+    state, revision = record.status.observed_state, record.status.revision
+    if state == "succeeded":
+        return "terminal", state, revision, None
+    if state in TERMINAL_FAILURE_STATES:
+        return "failed-or-aborted", state, revision, f"stored state is {state}"
+    if state in ("unknown", "operator-review-required"):
+        return "operator-review-required", state, revision, f"stored state is {state}: the outcome was not observed"
+    return "re-adopted", state, revision, None
+
+
+class FleetService:
+    def __init__(self, store: Store, clock: Callable[[], datetime] = now) -> None:
+        self._store = store
+        self._clock = clock
+
+    # -- reads -------------------------------------------------------------------------
+
+    def _load(self, stored: StoredWorkload) -> WorkloadRecord:
+        return WorkloadRecord.model_validate(stored.record)
+
+    def get(self, child_id: str) -> WorkloadRecord:
+        stored = self._store.get_workload(child_id)
+        if stored is None:
+            raise not_found(child_id)
+        return self._load(stored)
+
+    def find(self, child_id: str) -> WorkloadRecord | None:
+        stored = self._store.get_workload(child_id)
+        return None if stored is None else self._load(stored)
+
+    def _inventory_revision(self, stored: list[StoredWorkload]) -> int:
+        return len(stored) + sum(w.revision for w in stored)
+
+    def inventory(self) -> dict[str, Any] | None:
+        """The inventory document, or None for an empty fleet (the contract needs >= 1 record)."""
+        stored = self._store.list_workloads()
+        if not stored:
+            return None
+        document = {
+            "document_type": "inventory",
+            "api_version": API_VERSION,
+            "inventory_revision": self._inventory_revision(stored),
+            "generated_at": self._clock(),
+            "records": [w.record for w in stored],
+        }
+        return to_wire(parse_document(document))
+
+    # -- admission ---------------------------------------------------------------------
+
+    def admit(self, body: object) -> tuple[bool, dict[str, Any]]:
+        """Returns (replayed, wire record)."""
+        _reject_credentials(body, "fleet.invalid_record")
+        try:
+            document = parse_document(body)
+        except ContractError as error:
+            raise SubstrateError(400, "fleet.invalid_record", _issues_text(error.issues)) from None
+        if not isinstance(document, WorkloadRecord):
+            raise SubstrateError(
+                400, "fleet.invalid_record", f"expected a workload record, got a {document.document_type} document"
+            )
+        if document.status.observed_state != "pending" or document.status.revision != 0:
+            raise SubstrateError(
+                400,
+                "fleet.invalid_record",
+                "a record is admitted with status.observed_state 'pending' and status.revision 0 "
+                f"(got {document.status.observed_state!r}, revision {document.status.revision})",
+            )
+        submitted = to_wire(document)
+        identity = identity_sha256(submitted)
+        lineage = document.lineage
+        with self._store.transaction():
+            existing = self._store.get_workload(lineage.child_id)
+            if existing is not None:
+                if existing.identity_sha256 == identity:
+                    return True, existing.record
+                raise SubstrateError(
+                    422,
+                    "fleet.idempotency_collision",
+                    f"child_id {lineage.child_id!r} was already admitted with different content; "
+                    "use a new child_id and idempotency_key for a different workload",
+                )
+            other = self._store.workload_by_idempotency_key(lineage.idempotency_key)
+            if other is not None:
+                raise SubstrateError(
+                    422,
+                    "fleet.idempotency_collision",
+                    f"idempotency_key {lineage.idempotency_key!r} already belongs to child_id {other.child_id!r}",
+                )
+            status = document.status.model_copy(
+                update={"observed_state": "admitted", "revision": 1, "last_seen": self._clock()}
+            )
+            admitted = to_wire(document.model_copy(update={"status": status}))
+            self._store.insert_workload(
+                StoredWorkload(lineage.child_id, lineage.idempotency_key, identity, 1, admitted)
+            )
+        return False, admitted
+
+    # -- observations ------------------------------------------------------------------
+
+    def observe(self, child_id: str, body: object) -> dict[str, Any]:
+        """An external observation (HTTP); validated, then the same path as the runner's."""
+        _reject_credentials(body, "fleet.invalid_observation")
+        request = _parse_envelope(ObservationRequest, body, "fleet.invalid_observation")
+        return self.apply(child_id, request.expected_revision, request.status, request.runtime_identity)
+
+    def apply(
+        self,
+        child_id: str,
+        expected_revision: int,
+        status: WorkloadStatus,
+        identity: RuntimeIdentity | None = None,
+    ) -> dict[str, Any]:
+        """Compare-and-swap one observation onto the stored record; returns the new wire record."""
+        with self._store.transaction():
+            stored = self._store.get_workload(child_id)
+            if stored is None:
+                raise not_found(child_id)
+            if stored.revision != expected_revision:
+                raise SubstrateError(
+                    409,
+                    "fleet.stale_revision",
+                    f"expected revision {expected_revision} but the record is at revision {stored.revision}; "
+                    "read it again and re-apply the observation",
+                    current_revision=stored.revision,
+                )
+            if status.revision != expected_revision + 1:
+                raise SubstrateError(
+                    400,
+                    "fleet.invalid_observation",
+                    f"status.revision must be expected_revision + 1 = {expected_revision + 1} "
+                    f"(got {status.revision})",
+                )
+            record = self._load(stored)
+            lineage = record.lineage
+            if identity is not None:
+                changes: dict[str, str] = {}
+                for field in _IDENTITY_FIELDS:
+                    new, old = getattr(identity, field), getattr(lineage, field)
+                    if new is None or new == old:
+                        continue
+                    if old is not None:
+                        raise SubstrateError(
+                            409,
+                            "fleet.runtime_identity_immutable",
+                            f"lineage.{field} is already {old!r} and cannot change to {new!r}",
+                        )
+                    changes[field] = new
+                if changes:
+                    lineage = lineage.model_copy(update=changes)
+            try:
+                wire = to_wire(record.model_copy(update={"lineage": lineage, "status": status}))
+            except ContractError as error:
+                raise SubstrateError(400, "fleet.invalid_observation", _issues_text(error.issues)) from None
+            self._store.replace_record(child_id, status.revision, wire)
+        return wire
+
+    def record(
+        self,
+        child_id: str,
+        build: Callable[[WorkloadRecord], dict[str, Any]],
+        identity: RuntimeIdentity | None = None,
+    ) -> dict[str, Any]:
+        """The substrate's own observation: `build(current)` gives the status fields to set.
+
+        Revision and `last_seen` are filled in here; the write goes through `apply`, so it obeys
+        the same revision and identity rules as any observer.
+        """
+        with self._store.transaction():
+            current = self.get(child_id)
+            fields = build(current)
+            status = WorkloadStatus.model_validate(
+                {
+                    "artifacts": [],
+                    **fields,
+                    "revision": current.status.revision + 1,
+                    "last_seen": self._clock(),
+                }
+            )
+            return self.apply(child_id, current.status.revision, status, identity)
+
+    # -- reconciliation ----------------------------------------------------------------
+
+    def reconcile(self, body: object) -> dict[str, Any]:
+        request = _parse_envelope(ReconcileRequest, body, "fleet.invalid_request")
+        stored = self._store.list_workloads()
+        by_child = {w.child_id: w for w in stored}
+        rows = []
+        for child_id in dict.fromkeys(request.child_ids):
+            found = by_child.get(child_id)
+            classification, state, revision, reason = _classify(None if found is None else self._load(found))
+            row: dict[str, Any] = {
+                "child_id": child_id,
+                "classification": classification,
+                "observed_state": state,
+                "revision": revision,
+            }
+            if reason:
+                row["reason"] = reason
+            rows.append(row)
+        report = ReconciliationReport.model_validate(
+            {
+                "document_type": "reconciliation",
+                "api_version": API_VERSION,
+                "generated_at": self._clock(),
+                "before_revision": request.before_revision,
+                "after_revision": self._inventory_revision(stored),
+                "rows": rows,
+            }
+        )
+        return to_wire(report)

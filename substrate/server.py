@@ -1,0 +1,225 @@
+"""Starting the substrate: in the foreground, in a background thread, or as a subprocess.
+
+- `serve(config, ready=...)` runs uvicorn in the calling thread until SIGINT/SIGTERM (the CLI).
+- `serve_in_thread(config)` is a context manager for tests and the embedded dev stack:
+  it binds `config.port` (0 = a free port) before starting, so the URL is known, waits until
+  the app has started (recovery done), yields a `RunningSubstrate` and stops it on exit.
+- `spawn(...)` runs `python -m substrate serve` as a child process (tokens through the
+  environment, never argv) and yields once it prints its URL; `kill()` simulates a crash.
+
+Stopping runs the app's shutdown: every workload process group is killed (see runner.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import uvicorn
+
+from activities.credentials import EXECUTOR_TOKEN_ENV, FLEET_TOKEN_ENV, BearerToken, as_token
+from substrate.app import create_app
+from substrate.config import SubstrateConfig
+
+READY_PREFIX = "substrate listening on "
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    sock.listen(128)
+    sock.set_inheritable(False)
+    return sock
+
+
+def _url(sock: socket.socket, host: str) -> str:
+    port = sock.getsockname()[1]
+    shown = f"[{host}]" if ":" in host else host
+    return f"http://{shown}:{port}"
+
+
+def _uvicorn(config: SubstrateConfig) -> uvicorn.Server:
+    return uvicorn.Server(
+        uvicorn.Config(
+            create_app(config),
+            loop="asyncio",
+            lifespan="on",
+            log_level="warning",
+            access_log=False,
+            timeout_graceful_shutdown=5,
+        )
+    )
+
+
+def serve(config: SubstrateConfig, ready: Callable[[str], None] | None = None) -> None:
+    """Run in the foreground until interrupted; `ready(base_url)` is called once serving."""
+    sock = _bind(config.host, config.port)
+    server = _uvicorn(config)
+
+    async def main() -> None:
+        async def announce() -> None:
+            while not server.started:
+                if server.should_exit:
+                    return
+                await asyncio.sleep(0.02)
+            if ready is not None:
+                ready(_url(sock, config.host))
+
+        notifier = asyncio.create_task(announce())
+        try:
+            await server.serve(sockets=[sock])
+        finally:
+            notifier.cancel()
+
+    try:
+        asyncio.run(main())
+    finally:
+        sock.close()
+
+
+@dataclass
+class RunningSubstrate:
+    base_url: str
+    config: SubstrateConfig
+    stop: Callable[[], None]
+
+
+@contextmanager
+def serve_in_thread(config: SubstrateConfig, *, startup_timeout: float = 15.0) -> Iterator[RunningSubstrate]:
+    """Run the substrate on a background thread for the duration of the `with` block."""
+    sock = _bind(config.host, config.port)
+    server = _uvicorn(config)
+    failure: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            server.run(sockets=[sock])
+        except BaseException as error:  # reported to the starting thread
+            failure.append(error)
+
+    thread = threading.Thread(target=run, name=f"substrate-{sock.getsockname()[1]}", daemon=True)
+    thread.start()
+    stopped = threading.Event()
+
+    def stop() -> None:
+        if stopped.is_set():
+            return
+        stopped.set()
+        server.should_exit = True
+        thread.join(timeout=30)
+        sock.close()
+
+    try:
+        deadline = startup_timeout
+        while not server.started:
+            if failure or not thread.is_alive():
+                raise RuntimeError(f"the substrate did not start: {failure[0] if failure else 'thread ended'}")
+            if deadline <= 0:
+                raise RuntimeError(f"the substrate did not start within {startup_timeout} s")
+            threading.Event().wait(0.01)
+            deadline -= 0.01
+        yield RunningSubstrate(_url(sock, config.host), config, stop)
+    finally:
+        stop()
+
+
+@dataclass
+class SubstrateProcess:
+    base_url: str
+    process: subprocess.Popen[str]
+
+    def stop(self, timeout: float = 15.0) -> int:
+        """SIGTERM (graceful: kills workload processes) and wait."""
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        return self.process.returncode
+
+    def kill(self) -> None:
+        """SIGKILL, as a crash would: no shutdown runs."""
+        if self.process.poll() is None:
+            self.process.kill()
+        self.process.wait()
+
+
+@contextmanager
+def spawn(
+    data_dir: Path,
+    fleet_token: BearerToken | str,
+    executor_token: BearerToken | str,
+    *,
+    instances: int = 1,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    startup_timeout: float = 30.0,
+    extra_env: dict[str, str] | None = None,
+) -> Iterator[SubstrateProcess]:
+    """Run `python -m substrate serve` as a child process; stopped (SIGTERM) on exit."""
+    data_dir = Path(data_dir)
+    data_dir.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, **(extra_env or {})}
+    env.pop(f"{FLEET_TOKEN_ENV}_FILE", None)
+    env.pop(f"{EXECUTOR_TOKEN_ENV}_FILE", None)
+    env[FLEET_TOKEN_ENV] = as_token(fleet_token).reveal()
+    env[EXECUTOR_TOKEN_ENV] = as_token(executor_token).reveal()
+    command = [
+        sys.executable, "-m", "substrate", "serve",
+        "--host", host, "--port", str(port), "--data-dir", str(data_dir), "--instances", str(instances),
+    ]  # fmt: skip
+    log = open(data_dir / "substrate.log", "ab")
+    process = subprocess.Popen(
+        command,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=log,
+        env=env,
+        text=True,
+        start_new_session=True,
+    )
+    log.close()
+    handle: SubstrateProcess | None = None
+    try:
+        url = _await_ready(process, startup_timeout, data_dir / "substrate.log")
+        handle = SubstrateProcess(url, process)
+        yield handle
+    finally:
+        (handle or SubstrateProcess("", process)).stop()
+        if process.stdout is not None:
+            process.stdout.close()
+
+
+def _await_ready(process: subprocess.Popen[str], timeout: float, log_path: Path) -> str:
+    assert process.stdout is not None
+    found: list[str] = []
+
+    def read() -> None:
+        assert process.stdout is not None
+        for line in process.stdout:
+            if line.startswith(READY_PREFIX):
+                found.append(line[len(READY_PREFIX) :].split()[0])
+                return
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    reader.join(timeout)
+    if not found:
+        process.kill()
+        process.wait()
+        tail = log_path.read_text(errors="replace")[-2000:] if log_path.exists() else ""
+        raise RuntimeError(f"the substrate process did not report readiness within {timeout} s\n{tail}")
+    return found[0]
