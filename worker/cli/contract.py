@@ -1,9 +1,69 @@
-"""`conductor contract` subcommands."""
+"""`conductor contract validate FILE...`: check documents against Fleet Workload Contract v1.
+
+One line per file that passes (`FILE: ok`) and one line per problem otherwise
+(`FILE: $.json.path: message`), so the output can be grepped and fixed line by line.
+"""
 
 from __future__ import annotations
 
 import argparse
+import json
+import sys
+
+from workflows.contract import ContractError, parse_document
+
+STDIN = "-"
+STDIN_LABEL = "<stdin>"
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    subparsers.add_parser("contract", help="(under construction)")
+    contract = subparsers.add_parser("contract", help="Fleet Workload Contract v1: validate documents")
+    commands = contract.add_subparsers(dest="contract_command", required=True, metavar="COMMAND")
+    validate = commands.add_parser(
+        "validate",
+        help="check workload, inventory and reconciliation documents against the contract",
+        description="Validate JSON documents against Fleet Workload Contract v1 "
+        "(urn:agentic-orchestration:fleet-workload:v1), including the rule that no credential material "
+        "crosses the boundary. Prints 'FILE: ok' or one 'FILE: $.path: problem' line per problem; "
+        "exits 1 if any file is invalid, unreadable or not JSON.",
+    )
+    validate.add_argument("files", nargs="+", metavar="FILE", help="JSON document to check; - reads standard input")
+    validate.set_defaults(func=run_validate)
+
+
+def run_validate(args: argparse.Namespace) -> int:
+    all_ok = True
+    for name in args.files:
+        label = STDIN_LABEL if name == STDIN else name
+        issues = _check(name)
+        for path, message in issues:
+            print(f"{label}: {path}: {message}")
+        if not issues:
+            print(f"{label}: ok")
+        all_ok = all_ok and not issues
+    return 0 if all_ok else 1
+
+
+def _check(name: str) -> list[tuple[str, str]]:
+    try:
+        raw = sys.stdin.buffer.read() if name == STDIN else _read(name)
+    except OSError as error:
+        return [("$", f"cannot read the file: {error.strerror or error}")]
+    try:
+        data = json.loads(raw, parse_constant=_reject_constant)
+    except (ValueError, UnicodeDecodeError) as error:
+        return [("$", f"not valid JSON: {error}")]
+    try:
+        parse_document(data)
+    except ContractError as error:
+        return error.issues
+    return []
+
+
+def _read(name: str) -> bytes:
+    with open(name, "rb") as handle:
+        return handle.read()
+
+
+def _reject_constant(token: str) -> float:
+    raise ValueError(f"{token} is not a JSON value")
