@@ -517,24 +517,27 @@ async def test_unreachable_substrate_is_retryable() -> None:
 
 
 async def test_scheduled_collector_runs_on_its_tick_and_stays_scheduled(tmp_path: Path) -> None:
-    real = datetime.now(UTC)
-    next_minute = real.replace(second=0, microsecond=0) + timedelta(minutes=1)
-    offset = next_minute - timedelta(seconds=0.5) - real  # half a second before a tick
+    shift = [timedelta(0)]
 
     def clock() -> datetime:
-        return datetime.now(UTC) + offset
+        return datetime.now(UTC) + shift[0]
 
     tap = Wiretap()
     with serve_in_thread(config(tmp_path, clock=clock)) as running:
         fleet, executor = clients(running.base_url, tap)
         async with fleet, executor:
+            assert await fleet.inventory() is None  # an empty fleet has no inventory document (204)
+            assert tap.last_status() == 204
             await admitted(fleet, "col-1", "scheduled-collector", schedule="* * * * *")
+            real = datetime.now(UTC)
+            tick = real.replace(second=0, microsecond=0) + timedelta(minutes=1)
+            shift[0] = tick - timedelta(seconds=1) - real  # the collector's clock: one second before a tick
             task = await executor.send_message("local-1", dispatch("col-1", "echo collected", "scheduled-collector"))
             record = await fleet.get("col-1")
             assert (record.status.observed_state, record.status.artifacts) == ("scheduled", [])
             assert task.status.state == "working"
             record = await wait_record(fleet, "col-1", lambda r: bool(r.status.artifacts), timeout=10)
-            assert record.status.observed_state == "scheduled"
+            assert (record.status.observed_state, record.status.exit_classification) == ("scheduled", "success")
             result = next(a for a in record.status.artifacts if a.kind == "result")
             assert result.sha256 == hashlib.sha256(b"collected\n").hexdigest()
             await executor.cancel_task("local-1", task.id)
