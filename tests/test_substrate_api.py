@@ -11,6 +11,7 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 import httpx
+import jsonschema
 import pytest
 
 from activities.a2a import RUNTIME_EXTENSION, Dispatch, build_message
@@ -278,6 +279,25 @@ async def test_reconcile_classifies_from_stored_state_and_inventory_counts_revis
     assert report.before_revision == 5
     assert report.after_revision <= inventory.inventory_revision
     assert {"rec-succeeded", "rec-running"} <= {r.lineage.child_id for r in inventory.records}
+
+
+async def test_documents_on_the_wire_are_valid_against_the_contract_schema(
+    fleet: FleetClient, executor: ExecutorClient, raw: httpx.AsyncClient, contract_dir: Path
+) -> None:
+    schema = json.loads((contract_dir / "fleet-workload-v1.schema.json").read_text())
+    validator = jsonschema.Draft202012Validator(schema, format_checker=jsonschema.FormatChecker())
+    await admitted(fleet, "wire-daemon", "daemon")
+    await executor.send_message("local-1", dispatch("wire-daemon", "exit 2", "daemon"))
+    await wait_record(fleet, "wire-daemon", terminal)
+    documents = [
+        raw_json(await raw.get("/api/v2/fleet/workloads/wire-daemon", headers=fleet_auth())),
+        raw_json(await raw.get("/api/v2/fleet/workloads", headers=fleet_auth())),
+        raw_json(await raw.post("/api/v2/fleet/reconcile", json={"before_revision": 0,
+                 "child_ids": ["wire-daemon", "wire-absent"]}, headers=fleet_auth())),  # fmt: skip
+    ]
+    for document in documents:
+        errors = [error.message for error in validator.iter_errors(document)]
+        assert errors == [], (document.get("document_type"), errors)
 
 
 async def test_instances_list_the_configured_targets(fleet: FleetClient) -> None:
