@@ -807,3 +807,72 @@ def _prune_heap(heap: list[tuple[int, str]], live, state: EngineState) -> None:
         if rec is not None and live(moment, rec):
             return
         heapq.heappop(heap)
+
+
+def queue_position(state: EngineState, rec: Rec) -> int:
+    """1-based position of a queued request without sorting the queue.
+
+    Inside a bucket the order key is monotone in bucket order (earlier submission
+    never ages less), so a binary search per bucket counts who is ahead.
+    """
+    target = order_key(state, rec)
+    ahead = 0
+    for queue_class in state.classes.values():
+        for priority, bucket in queue_class.buckets.items():
+            low, high = 0, len(bucket)
+            while low < high:
+                middle = (low + high) // 2
+                submitted_us, request_id = bucket[middle]
+                effective = priority + max(0, state.now_us - submitted_us) // state.aging_us
+                if (-effective, submitted_us, request_id) < target:
+                    low = middle + 1
+                else:
+                    high = middle
+            ahead += low
+    return ahead + 1
+
+
+def usage_view(state: EngineState) -> list[tuple[str, int, int | None]]:
+    """(limit label, used, limit or None for unlimited) for every limit in the policy or in use."""
+    policy, usage = state.policy, state.usage
+    rows: list[tuple[str, int, int | None]] = [("global", usage.total, policy.max_concurrent)]
+    for label, quotas, used in (
+        ("environment", policy.environment_quotas, usage.environment),
+        ("provider", policy.provider_quotas, usage.provider),
+        ("lane", policy.lane_wip_limits, usage.lane),
+    ):
+        for name in sorted(set(quotas) | {key for key, count in used.items() if count}):
+            rows.append((f"{label} {name}", used[name], quotas.get(name)))
+    kinds = set(policy.runtime_quotas) | {"host"} | {key for key, count in usage.runtime.items() if count}
+    for kind in sorted(kinds):
+        rows.append((f"runtime {kind}", usage.runtime[kind], policy.runtime_limit(kind)))
+    return rows
+
+
+def what_if(state: EngineState, request: AdmissionRequest) -> tuple[str, str]:
+    """(outcome, explanation) of submitting `request` now, without changing anything.
+
+    After every operation no queued request fits, so a newcomer that fits would
+    be admitted at once, and only the newcomer could preempt or displace.
+    """
+    existing = state.records.get(request.request_id)
+    if existing is not None:
+        if existing.request.placement_identity() != request.placement_identity():
+            return "identity-collision", f"request {request.request_id} exists with another placement"
+        return "replay", f"request {request.request_id} already exists: {existing.state}"
+    rec = Rec(request)
+    denial = _never_runs(state.policy, rec.class_key)
+    if denial is not None:
+        return "denied", denial
+    if _fits(state, rec.class_key):
+        return "admitted", "fits every limit now"
+    if state.policy.priority_admission.enabled:
+        victim = _lane_override_victim(state, rec)
+        if victim is not None:
+            return "admitted", f"would displace {victim.request_id} ({LANE_OVERRIDE_POLICY})"
+    if state.policy.allow_preemption:
+        victim = _preemption_victim(state, rec)
+        if victim is not None:
+            return "admitted", f"would preempt {victim.request_id}"
+    ahead = queue_position(state, rec) if state.classes else 1
+    return "queued", f"position {ahead}, waiting on {binding_constraint(state, rec.class_key)}"

@@ -1,0 +1,74 @@
+"""Append-only audit store (SQLite by default) and the activity that fills it.
+
+Idempotent by construction: `(host_group, chain, seq)` is the primary key and
+inserts ignore duplicates, so a retried export never writes an event twice.
+Rows are never updated or deleted by this code.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sqlite3
+from pathlib import Path
+
+from temporalio import activity
+
+from workflows.admission.model import AuditEvent
+from workflows.audit import AuditExport
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS admission_audit (
+    host_group TEXT NOT NULL,
+    chain TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    type TEXT NOT NULL,
+    at TEXT NOT NULL,
+    request_id TEXT,
+    event TEXT NOT NULL,
+    PRIMARY KEY (host_group, chain, seq)
+)
+"""
+
+
+class AuditStore:
+    def __init__(self, path: Path | str) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with self._connect() as db:
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute(_SCHEMA)
+
+    def _connect(self) -> sqlite3.Connection:
+        return sqlite3.connect(self.path, timeout=30)
+
+    def append(self, export: AuditExport) -> int:
+        """Store a batch; returns how many events were new."""
+        rows = [
+            (export.host_group, export.chain, event.seq, event.type, event.at.isoformat(), event.request_id,
+             event.model_dump_json())
+            for event in export.events
+        ]
+        with self._connect() as db:
+            before = db.total_changes
+            db.executemany("INSERT OR IGNORE INTO admission_audit VALUES (?, ?, ?, ?, ?, ?, ?)", rows)
+            return db.total_changes - before
+
+    def events(self, host_group: str, request_id: str | None = None) -> list[AuditEvent]:
+        query = "SELECT event FROM admission_audit WHERE host_group = ?"
+        params: list[object] = [host_group]
+        if request_id is not None:
+            query += " AND request_id = ?"
+            params.append(request_id)
+        with self._connect() as db:
+            rows = db.execute(query + " ORDER BY rowid", params).fetchall()
+        return [AuditEvent.model_validate(json.loads(row[0])) for row in rows]
+
+
+class AuditActivities:
+    def __init__(self, store: AuditStore) -> None:
+        self._store = store
+
+    @activity.defn(name="export_audit_events")
+    async def export_audit_events(self, export: AuditExport) -> int:
+        return await asyncio.to_thread(self._store.append, export)

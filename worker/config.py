@@ -1,0 +1,45 @@
+"""Worker configuration from the environment, with defaults that suit the embedded dev stack."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from workflows.admission.messages import ADMISSION_TASK_QUEUE
+from workflows.admission.model import AdmissionPolicy
+
+DEFAULT_POLICY = AdmissionPolicy(max_concurrent=8, lease_ttl_seconds=60)
+
+
+@dataclass(frozen=True)
+class WorkerConfig:
+    data_dir: Path
+    task_queue: str = ADMISSION_TASK_QUEUE
+    admission_policy: AdmissionPolicy = DEFAULT_POLICY
+
+    @property
+    def audit_db(self) -> Path:
+        return self.data_dir / "audit.sqlite"
+
+    @property
+    def ledger_db(self) -> Path:
+        return self.data_dir / "ledger.sqlite"
+
+    def policy_for(self, host_group: str) -> AdmissionPolicy:
+        """The policy a host group's admission workflow starts with (operators change it live)."""
+        return self.admission_policy
+
+    @classmethod
+    def from_env(cls, environ: dict[str, str] | None = None) -> "WorkerConfig":
+        env = os.environ if environ is None else environ
+        policy = DEFAULT_POLICY
+        policy_file = env.get("CONDUCTOR_ADMISSION_POLICY")
+        if policy_file:
+            policy = AdmissionPolicy.model_validate(json.loads(Path(policy_file).read_text()))
+        return cls(
+            data_dir=Path(env.get("CONDUCTOR_DATA_DIR", ".conductor")),
+            task_queue=env.get("CONDUCTOR_TASK_QUEUE", ADMISSION_TASK_QUEUE),
+            admission_policy=policy,
+        )

@@ -1,0 +1,187 @@
+"""The requester side of admission, for use inside any workflow that needs it.
+
+One `AdmissionClient` per requester workflow: it submits batches (signal-with-start
+through an activity, so the first requester creates the host group's singleton),
+receives `admission_decided` signals, keeps every held lease alive with ONE timer
+loop that renews all of them at a third of the TTL, and releases or cancels.
+
+It fails closed: a lease counts as current only while the last decision said
+`admitted` and its expiry is still ahead of workflow time. A requester whose
+worker was down past the TTL therefore never dispatches on a stale lease.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable
+from datetime import timedelta
+
+from temporalio import workflow
+
+with workflow.unsafe.imports_passed_through():
+    from workflows.admission.messages import (
+        DECISION_SIGNAL,
+        AdmissionDecision,
+        CancelBatch,
+        DecisionBatch,
+        LeaseRef,
+        ReleaseBatch,
+        RenewBatch,
+        SubmitAdmission,
+        SubmitBatch,
+        admission_workflow_id,
+    )
+    from workflows.admission.model import AdmissionRequest
+
+SUBMIT_ACTIVITY = "submit_admission_batch"
+
+
+class AdmissionClient:
+    def __init__(self, host_group: str) -> None:
+        self.host_group = host_group
+        self.decisions: dict[str, AdmissionDecision] = {}
+        self.history: list[AdmissionDecision] = []
+        self._mine: set[str] = set()
+        self._renew_sent: dict[str, int] = {}  # request id -> lease revision a renewal was sent for
+        self._version = 0  # bumped on every decision batch; waiters compare, never reset
+        self._stopped = False
+        workflow.set_signal_handler(DECISION_SIGNAL, self._on_decisions)
+
+    # --- inbound ----------------------------------------------------------------------------
+
+    def _on_decisions(self, batch: DecisionBatch) -> None:
+        for decision in batch.decisions:
+            known = self.decisions.get(decision.request_id)
+            if known is not None and decision.state != "unknown" and decision.revision < known.revision:
+                continue  # an older decision overtaken by a newer one
+            self.decisions[decision.request_id] = decision
+            self.history.append(decision)
+        self._version += 1
+
+    # --- what the requester asks ------------------------------------------------------------
+
+    def state_of(self, request_id: str) -> str | None:
+        decision = self.decisions.get(request_id)
+        return None if decision is None else decision.state
+
+    def is_current(self, request_id: str) -> bool:
+        """True only while the lease is provably alive: admitted, and not past its expiry."""
+        decision = self.decisions.get(request_id)
+        return (
+            decision is not None
+            and decision.state == "admitted"
+            and decision.lease_expires_at is not None
+            and workflow.now() < decision.lease_expires_at
+        )
+
+    def held(self) -> list[str]:
+        return sorted(rid for rid in self._mine if self.state_of(rid) == "admitted")
+
+    async def submit(self, requests: Iterable[AdmissionRequest]) -> None:
+        requests = list(requests)
+        self._mine.update(request.request_id for request in requests)
+        batch = SubmitBatch(requester=workflow.info().workflow_id, requests=requests)
+        await workflow.execute_activity(
+            SUBMIT_ACTIVITY,
+            SubmitAdmission(host_group=self.host_group, batch=batch),
+            start_to_close_timeout=timedelta(seconds=30),
+            summary=f"submit {len(requests)} admission requests to {admission_workflow_id(self.host_group)}",
+        )
+
+    async def wait_until_decided(self, request_ids: Iterable[str], timeout: timedelta | None = None) -> bool:
+        """Wait until none of `request_ids` is still unanswered or queued; False on timeout."""
+        ids = list(request_ids)
+
+        def decided() -> bool:
+            return all(self.state_of(rid) not in (None, "queued") for rid in ids)
+
+        try:
+            await workflow.wait_condition(decided, timeout=timeout, timeout_summary="admission decision deadline")
+        except asyncio.TimeoutError:
+            return False
+        return True
+
+    async def wait_for_change(self, timeout: timedelta | None = None) -> None:
+        """Return when a decision arrives (or on timeout): lets callers react to preemption."""
+        seen = self._version
+        try:
+            await workflow.wait_condition(lambda: self._version != seen, timeout=timeout)
+        except asyncio.TimeoutError:
+            pass
+
+    async def release(self, request_ids: Iterable[str]) -> None:
+        ids = sorted(set(request_ids))
+        if ids:
+            await self._signal("release", ReleaseBatch(requester=workflow.info().workflow_id, request_ids=ids))
+
+    async def cancel(self, request_ids: Iterable[str]) -> None:
+        ids = sorted(set(request_ids))
+        if ids:
+            await self._signal("cancel", CancelBatch(requester=workflow.info().workflow_id, request_ids=ids))
+
+    async def give_back_everything(self, confirm_within: timedelta = timedelta(minutes=1)) -> bool:
+        """Release what is admitted, cancel what is still waiting, and wait for the confirmation
+        (so the admission workflow never signals a requester that has already closed)."""
+        self._stopped = True
+        live = ("admitted", "queued", None)
+        await self.release(rid for rid in self._mine if self.state_of(rid) == "admitted")
+        await self.cancel(rid for rid in self._mine if self.state_of(rid) in (None, "queued"))
+        try:
+            await workflow.wait_condition(
+                lambda: all(self.state_of(rid) not in live for rid in self._mine),
+                timeout=confirm_within,
+                timeout_summary="release confirmation",
+            )
+        except asyncio.TimeoutError:
+            return False
+        return True
+
+    # --- the single renewal loop ------------------------------------------------------------
+
+    async def keep_leases_alive(self) -> None:
+        """Renew every held lease at a third of its TTL with one timer; run it as a task."""
+        while not self._stopped:
+            due = self._renewals_due()
+            seen = self._version
+            if due is None:
+                await workflow.wait_condition(lambda: self._version != seen or self._stopped)
+                continue
+            wait = due - workflow.now()
+            if wait > timedelta(0):
+                try:
+                    await workflow.wait_condition(
+                        lambda: self._version != seen or self._stopped, timeout=wait, timeout_summary="next lease renewal",
+                    )
+                    continue  # something changed: recompute what is due
+                except asyncio.TimeoutError:
+                    pass
+            leases = [
+                LeaseRef(request_id=rid, lease_revision=self.decisions[rid].lease_revision)
+                for rid in self.held()
+                if self._renew_sent.get(rid) != self.decisions[rid].lease_revision
+            ]
+            if leases:
+                for lease in leases:
+                    self._renew_sent[lease.request_id] = lease.lease_revision
+                await self._signal("renew", RenewBatch(requester=workflow.info().workflow_id, leases=leases))
+
+    def _renewals_due(self):
+        """When the earliest held lease not already being renewed reaches a third of its TTL."""
+        moments = []
+        for rid in self.held():
+            decision = self.decisions[rid]
+            if self._renew_sent.get(rid) == decision.lease_revision:
+                continue
+            if decision.lease_expires_at is None or decision.lease_ttl_seconds is None:
+                continue
+            moments.append(decision.lease_expires_at - timedelta(seconds=decision.lease_ttl_seconds * 2 / 3))
+        return min(moments) if moments else None
+
+    async def _signal(self, name: str, payload: object) -> None:
+        try:
+            await workflow.get_external_workflow_handle(admission_workflow_id(self.host_group)).signal(name, payload)
+        except asyncio.CancelledError:
+            raise
+        except Exception as error:
+            # Fail closed: without the admission workflow our leases simply stop being current.
+            workflow.logger.warning("admission workflow for %s unreachable: %s", self.host_group, error)

@@ -1,0 +1,171 @@
+"""Payloads that cross the AdmissionWorkflow's boundary: signals, decisions, queries."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from workflows.admission.model import (
+    AdmissionPolicy,
+    AdmissionRequest,
+    AdmissionState,
+    AuditEvent,
+    AuditEventType,
+)
+
+ADMISSION_TASK_QUEUE = "mission-conductor"
+DECISION_SIGNAL = "admission_decided"
+
+
+def admission_workflow_id(host_group: str) -> str:
+    return f"admission:{host_group}"
+
+
+class _Message(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class SubmitBatch(_Message):
+    """Every request one requester workflow needs, in one signal (its workflow id is the reply address)."""
+
+    requester: str
+    requests: list[AdmissionRequest]
+
+
+class LeaseRef(_Message):
+    request_id: str
+    lease_revision: int
+
+
+class RenewBatch(_Message):
+    requester: str
+    leases: list[LeaseRef]
+
+
+class ReleaseBatch(_Message):
+    requester: str
+    request_ids: list[str]
+
+
+class CancelBatch(_Message):
+    requester: str
+    request_ids: list[str]
+
+
+class PolicyChange(_Message):
+    operator: str
+    policy: AdmissionPolicy
+
+
+class Backpressure(_Message):
+    """Fleet backpressure a requester reports while it cannot run (contract `status.backpressure`)."""
+
+    reason: Literal["capacity", "policy"]
+    retryable: bool
+
+
+class AdmissionDecision(_Message):
+    """Where one request stands after a workflow task, and what happened to it during that task."""
+
+    request_id: str
+    state: AdmissionState | Literal["unknown"]
+    revision: int = 0  # the record's revision: a requester keeps the highest it has seen
+    happened: list[AuditEventType] = Field(default_factory=list)
+    reason: str = ""
+    lease_revision: int = 0
+    lease_expires_at: datetime | None = None
+    lease_ttl_seconds: float | None = None
+    related_request_id: str | None = None
+    position: int | None = None
+    binding_constraint: str | None = None
+    error_code: str | None = None
+
+    @property
+    def backpressure(self) -> Backpressure | None:
+        if self.state == "queued":
+            return Backpressure(reason="capacity", retryable=True)
+        if self.state == "denied":
+            return Backpressure(reason="policy", retryable=False)
+        return None
+
+
+class DecisionBatch(_Message):
+    host_group: str
+    revision: int
+    decisions: list[AdmissionDecision]
+
+
+class AdmissionWorkflowInput(_Message):
+    host_group: str
+    policy: AdmissionPolicy
+    # Continue-as-new after this many history events even if the server has not
+    # suggested it (lets tests and cautious operators force it early).
+    max_history_events: int = Field(default=10_000, ge=100)
+    recent_audit_events: int = Field(default=200, ge=0)
+    carried: "CarriedState | None" = None
+
+
+class CarriedState(_Message):
+    """What a continued run needs so that no request, lease or decision is lost or repeated."""
+
+    engine: str  # workflows.admission.codec
+    requesters: dict[str, str]  # request_id -> requester workflow id
+    inbox: list["InboxItem"]
+    recent_audit: list[AuditEvent]
+    audit_chain: str  # first run id of the chain: keys the audit store across continue-as-new
+
+
+class InboxItem(_Message):
+    kind: Literal["submit", "renew", "release", "cancel", "set_policy"]
+    submit: SubmitBatch | None = None
+    renew: RenewBatch | None = None
+    release: ReleaseBatch | None = None
+    cancel: CancelBatch | None = None
+    set_policy: PolicyChange | None = None
+
+
+class QueueRow(_Message):
+    request_id: str
+    requester: str | None
+    position: int
+    priority: int
+    effective_priority: int
+    binding_constraint: str
+    waited_seconds: float
+
+
+class LeaseRow(_Message):
+    request_id: str
+    holder: str | None
+    environment: str
+    provider: str
+    runtime_kind: str
+    lane: str | None
+    lease_revision: int
+    admitted_at: datetime
+    lease_expires_at: datetime
+    preemptible: bool
+
+
+class UsageRow(_Message):
+    limit: str
+    used: int
+    maximum: int | None
+
+
+class WhatIf(_Message):
+    outcome: str
+    explanation: str
+
+
+AdmissionWorkflowInput.model_rebuild()
+CarriedState.model_rebuild()
+
+
+class SubmitAdmission(_Message):
+    """Activity input: signal-with-start the host group's admission workflow with one batch."""
+
+    host_group: str
+    batch: SubmitBatch

@@ -1,0 +1,77 @@
+"""AdmissionProbeWorkflow: a minimal requester that exercises the whole admission path.
+
+Operators use it to check a host group end to end (`what would my request get
+now, for real?`), the test-suite uses it as an independent requester, and the
+benchmarks use it as the unit of load. It submits its requests in one batch,
+waits for decisions, holds what it was given (renewing unless told not to),
+reacts to preemption or displacement, then gives everything back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+
+from pydantic import BaseModel, ConfigDict, Field
+from temporalio import workflow
+
+with workflow.unsafe.imports_passed_through():
+    from workflows.admission.client import AdmissionClient
+    from workflows.admission.messages import AdmissionDecision
+    from workflows.admission.model import AdmissionRequest, PriorityClass, RuntimeKind
+
+
+class ProbeRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    request_id: str
+    environment: str = "default"
+    provider: str = "local"
+    runtime_kind: RuntimeKind = "container"
+    priority: int = 0
+    queue_timeout_seconds: float = 3600
+    preemptible: bool = False
+    lane: str | None = None
+    priority_class: PriorityClass = "P2"
+
+
+class ProbeInput(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    host_group: str
+    requests: list[ProbeRequest]
+    hold_seconds: float = Field(default=0, ge=0)
+    renew: bool = True
+    decision_timeout_seconds: float = Field(default=3600, gt=0)
+
+
+class ProbeResult(BaseModel):
+    final: dict[str, AdmissionDecision]
+    history: list[AdmissionDecision]
+    ever_admitted: list[str]
+
+
+@workflow.defn(name="AdmissionProbeWorkflow")
+class AdmissionProbeWorkflow:
+    @workflow.run
+    async def run(self, input: ProbeInput) -> ProbeResult:
+        admission = AdmissionClient(input.host_group)
+        me = workflow.info().workflow_id
+        now = workflow.now()
+        requests = [
+            AdmissionRequest(orchestrator_id=me, submitted_at=now, **request.model_dump()) for request in input.requests
+        ]
+        ids = [request.request_id for request in requests]
+        await admission.submit(requests)
+        await admission.wait_until_decided(ids, timeout=timedelta(seconds=input.decision_timeout_seconds))
+
+        renewals = asyncio.ensure_future(admission.keep_leases_alive()) if input.renew else None
+        deadline = workflow.now() + timedelta(seconds=input.hold_seconds)
+        while admission.held() and workflow.now() < deadline:
+            await admission.wait_for_change(timeout=deadline - workflow.now())
+        await admission.give_back_everything()
+        if renewals is not None:
+            await renewals
+
+        ever = sorted({d.request_id for d in admission.history if d.state == "admitted"})
+        return ProbeResult(final=dict(admission.decisions), history=admission.history, ever_admitted=ever)

@@ -1,0 +1,349 @@
+"""AdmissionWorkflow: the durable singleton that admits work onto one host group.
+
+A thin shell around `workflows.admission.engine`. The workflow task is the
+serialisation boundary (the policy's "store transaction") and the history is
+the durable store. Signals only append to an inbox; the main loop drains the
+inbox through the engine in one pass, so a burst of signals becomes one batch
+of decisions, one `admission_decided` signal per requester and one audit export.
+
+Time enters the engine only through `workflow.now()`, and the loop sleeps on a
+single timer until the engine's next wake-up (earliest lease expiry, queue
+deadline, or aging step that could enable preemption); any signal wakes it early.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import defaultdict, deque
+from datetime import timedelta
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy
+
+with workflow.unsafe.imports_passed_through():
+    from workflows.admission import codec, engine
+    from workflows.admission.messages import (
+        DECISION_SIGNAL,
+        AdmissionDecision,
+        AdmissionWorkflowInput,
+        CancelBatch,
+        CarriedState,
+        DecisionBatch,
+        InboxItem,
+        LeaseRow,
+        PolicyChange,
+        QueueRow,
+        ReleaseBatch,
+        RenewBatch,
+        SubmitBatch,
+        UsageRow,
+        WhatIf,
+    )
+    from workflows.admission.model import (
+        AdmissionPolicy,
+        AdmissionRequest,
+        AuditEvent,
+        Cancel,
+        OpResult,
+        Reconcile,
+        Release,
+        Renew,
+        SetPolicy,
+        Submit,
+    )
+    from workflows.audit import AuditExport
+
+EXPORT_AUDIT_ACTIVITY = "export_audit_events"
+
+
+@workflow.defn(name="AdmissionWorkflow")
+class AdmissionWorkflow:
+    @workflow.init
+    def __init__(self, input: AdmissionWorkflowInput) -> None:
+        self._input = input
+        carried = input.carried
+        if carried is None:
+            self._state = engine.new_state(input.policy)
+            self._requesters: dict[str, str] = {}
+            self._inbox: list[InboxItem] = []
+            self._recent: deque[AuditEvent] = deque(maxlen=input.recent_audit_events)
+            self._audit_chain = workflow.info().run_id
+        else:
+            self._state = codec.decode(carried.engine)
+            self._requesters = dict(carried.requesters)
+            self._inbox = list(carried.inbox)
+            self._recent = deque(carried.recent_audit, maxlen=input.recent_audit_events)
+            self._audit_chain = carried.audit_chain
+        self._pending: set[asyncio.Task[None]] = set()
+        self._gone_requesters: set[str] = set()
+
+    # --- signals: append only; the main loop decides ---------------------------------------
+
+    @workflow.signal
+    def submit(self, batch: SubmitBatch) -> None:
+        self._inbox.append(InboxItem(kind="submit", submit=batch))
+
+    @workflow.signal
+    def renew(self, batch: RenewBatch) -> None:
+        self._inbox.append(InboxItem(kind="renew", renew=batch))
+
+    @workflow.signal
+    def release(self, batch: ReleaseBatch) -> None:
+        self._inbox.append(InboxItem(kind="release", release=batch))
+
+    @workflow.signal
+    def cancel(self, batch: CancelBatch) -> None:
+        self._inbox.append(InboxItem(kind="cancel", cancel=batch))
+
+    @workflow.signal
+    def set_policy(self, change: PolicyChange) -> None:
+        self._inbox.append(InboxItem(kind="set_policy", set_policy=change))
+
+    # --- queries ----------------------------------------------------------------------------
+
+    @workflow.query
+    def queue(self, limit: int = 1000) -> list[QueueRow]:
+        state = self._state
+        rows = []
+        for entry in engine.queue_view(state)[:limit]:
+            rec = state.records[entry.request_id]
+            rows.append(QueueRow(
+                request_id=entry.request_id,
+                requester=self._requesters.get(entry.request_id),
+                position=entry.position,
+                priority=rec.priority,
+                effective_priority=entry.effective_priority,
+                binding_constraint=entry.binding_constraint,
+                waited_seconds=max(0, state.now_us - rec.submitted_us) / 1_000_000,
+            ))
+        return rows
+
+    @workflow.query
+    def leases(self) -> list[LeaseRow]:
+        rows = []
+        for rec in sorted(self._state.admitted.values(), key=lambda rec: (rec.lease_expires_us, rec.request_id)):
+            model = rec.to_model()
+            rows.append(LeaseRow(
+                request_id=rec.request_id,
+                holder=self._requesters.get(rec.request_id),
+                environment=model.environment,
+                provider=model.provider,
+                runtime_kind=model.runtime_kind,
+                lane=model.lane,
+                lease_revision=model.lease_revision,
+                admitted_at=model.admitted_at,  # type: ignore[arg-type]
+                lease_expires_at=model.lease_expires_at,  # type: ignore[arg-type]
+                preemptible=model.preemptible,
+            ))
+        return rows
+
+    @workflow.query
+    def usage(self) -> list[UsageRow]:
+        return [UsageRow(limit=label, used=used, maximum=maximum) for label, used, maximum in engine.usage_view(self._state)]
+
+    @workflow.query
+    def audit(self, limit: int = 50) -> list[AuditEvent]:
+        return list(self._recent)[-limit:] if limit > 0 else []
+
+    @workflow.query
+    def policy(self) -> AdmissionPolicy:
+        return self._state.policy
+
+    @workflow.query
+    def what_if(self, request: AdmissionRequest) -> WhatIf:
+        outcome, explanation = engine.what_if(self._state, request)
+        return WhatIf(outcome=outcome, explanation=explanation)
+
+    # --- the loop ---------------------------------------------------------------------------
+
+    @workflow.run
+    async def run(self, input: AdmissionWorkflowInput) -> None:
+        workflow.set_current_details(f"admission for host group {input.host_group}")
+        while True:
+            await self._wait_for_work()
+            self._decide()
+            if self._should_continue_as_new():
+                await self._settle_outbound()
+                if self._gone_requesters or self._inbox:
+                    continue  # decide what the settled sends taught us before carrying state
+                await workflow.wait_condition(workflow.all_handlers_finished)
+                workflow.continue_as_new(self._carry())
+
+    async def _wait_for_work(self) -> None:
+        if self._inbox or self._gone_requesters:
+            return
+        wake = engine.next_wakeup(self._state)
+        timeout = None
+        if wake is not None:
+            timeout = wake - workflow.now()
+            if timeout <= timedelta(0):
+                return
+        try:
+            await workflow.wait_condition(
+                lambda: bool(self._inbox) or bool(self._gone_requesters),
+                timeout=timeout,
+                timeout_summary="next lease expiry, queue deadline or aging step",
+            )
+        except asyncio.TimeoutError:
+            pass
+
+    def _decide(self) -> None:
+        """One pass: every inbox item through the engine, then one signal per requester."""
+        now = workflow.now()
+        items, self._inbox = self._inbox, []
+        touched: dict[str, dict[str, AdmissionDecision | None]] = defaultdict(dict)
+        errors: dict[tuple[str, str], OpResult] = {}
+        events: list[AuditEvent] = []
+
+        def apply(op, requester: str | None, request_id: str | None) -> OpResult:
+            self._state, result, new_events = engine.apply(self._state, op, now)
+            events.extend(new_events)
+            if requester is not None and request_id is not None:
+                touched[requester][request_id] = None
+                if not result.ok:
+                    errors[(requester, request_id)] = result
+            return result
+
+        for requester in sorted(self._gone_requesters):
+            self._abandon(requester, apply)
+        self._gone_requesters.clear()
+        for item in items:
+            self._apply_item(item, apply)
+        if not items:
+            apply(Reconcile(), None, None)
+
+        happened: dict[str, list[AuditEvent]] = defaultdict(list)
+        for event in events:
+            if event.request_id is None:
+                continue
+            happened[event.request_id].append(event)
+            requester = self._requesters.get(event.request_id)
+            if requester is not None:
+                touched[requester].setdefault(event.request_id, None)
+        self._recent.extend(events)
+        self._forget_dropped()
+        self._send_decisions(touched, happened, errors)
+        if events:
+            self._export_audit(events)
+
+    def _apply_item(self, item: InboxItem, apply) -> None:
+        if item.submit is not None:
+            requester = item.submit.requester
+            for request in item.submit.requests:
+                result = apply(Submit(request=request), requester, request.request_id)
+                if result.ok and request.request_id not in self._requesters:
+                    self._requesters[request.request_id] = requester
+        elif item.renew is not None:
+            for lease in item.renew.leases:
+                apply(Renew(request_id=lease.request_id, lease_revision=lease.lease_revision), item.renew.requester, lease.request_id)
+        elif item.release is not None:
+            for request_id in item.release.request_ids:
+                apply(Release(request_id=request_id), item.release.requester, request_id)
+        elif item.cancel is not None:
+            for request_id in item.cancel.request_ids:
+                apply(Cancel(request_id=request_id), item.cancel.requester, request_id)
+        elif item.set_policy is not None:
+            workflow.logger.info("policy changed by %s", item.set_policy.operator)
+            apply(SetPolicy(policy=item.set_policy.policy), None, None)
+
+    def _abandon(self, requester: str, apply) -> None:
+        """A requester that no longer exists gives back everything it holds or waits for."""
+        live = [
+            request_id for request_id, holder in self._requesters.items()
+            if holder == requester
+            and (rec := self._state.records.get(request_id)) is not None
+            and rec.state in ("queued", "admitted")
+        ]
+        if live:
+            workflow.logger.warning("requester %s is gone; releasing %s", requester, ", ".join(sorted(live)))
+        for request_id in sorted(live):
+            rec = self._state.records[request_id]
+            apply(Release(request_id=request_id) if rec.state == "admitted" else Cancel(request_id=request_id), None, None)
+
+    def _forget_dropped(self) -> None:
+        """Requester addresses live exactly as long as their records (terminal retention)."""
+        if len(self._requesters) > 2 * max(1, len(self._state.records)):
+            records = self._state.records
+            self._requesters = {rid: who for rid, who in self._requesters.items() if rid in records}
+
+    def _send_decisions(self, touched, happened, errors) -> None:
+        state = self._state
+        ttl = state.policy.lease_ttl_seconds
+        for requester in sorted(touched):
+            decisions = []
+            for request_id in sorted(touched[requester]):
+                rec = state.records.get(request_id)
+                error = errors.get((requester, request_id))
+                error_code = error.error.code if error is not None and error.error is not None else None
+                if rec is None:
+                    decisions.append(AdmissionDecision(
+                        request_id=request_id, state="unknown", error_code=error_code,
+                        reason=error.error.message if error is not None and error.error is not None else "no such request",
+                    ))
+                    continue
+                model = rec.to_model()
+                its_events = happened.get(request_id, [])
+                related = [event.related_request_id for event in its_events if event.related_request_id]
+                decision = AdmissionDecision(
+                    request_id=request_id,
+                    state=model.state,
+                    revision=model.revision,
+                    happened=[event.type for event in its_events],
+                    reason=model.reason,
+                    lease_revision=model.lease_revision,
+                    lease_expires_at=model.lease_expires_at,
+                    lease_ttl_seconds=ttl,
+                    related_request_id=related[-1] if related else model.preempted_by,
+                    error_code=error_code,
+                )
+                if rec.state == "queued":
+                    decision.position = engine.queue_position(state, rec)
+                    decision.binding_constraint = engine.binding_constraint(state, rec.class_key)
+                decisions.append(decision)
+            batch = DecisionBatch(host_group=self._input.host_group, revision=state.revision, decisions=decisions)
+            self._spawn(self._signal_requester(requester, batch))
+
+    async def _signal_requester(self, requester: str, batch: DecisionBatch) -> None:
+        try:
+            await workflow.get_external_workflow_handle(requester).signal(DECISION_SIGNAL, batch)
+        except asyncio.CancelledError:
+            raise
+        except Exception as error:  # the requester no longer exists: never a failure of the singleton
+            workflow.logger.warning("cannot reach requester %s (%s); releasing what it holds", requester, error)
+            self._gone_requesters.add(requester)
+
+    def _export_audit(self, events: list[AuditEvent]) -> None:
+        export = AuditExport(host_group=self._input.host_group, chain=self._audit_chain, events=events)
+        self._spawn(workflow.execute_activity(
+            EXPORT_AUDIT_ACTIVITY,
+            export,
+            start_to_close_timeout=timedelta(seconds=30),
+            retry_policy=RetryPolicy(initial_interval=timedelta(seconds=1), maximum_interval=timedelta(minutes=1)),
+            summary=f"export {len(events)} audit events",
+        ))
+
+    def _spawn(self, awaitable) -> None:
+        task = asyncio.ensure_future(awaitable)
+        self._pending.add(task)
+        task.add_done_callback(self._pending.discard)
+
+    async def _settle_outbound(self) -> None:
+        while self._pending:
+            await asyncio.gather(*list(self._pending))
+
+    def _should_continue_as_new(self) -> bool:
+        info = workflow.info()
+        return info.is_continue_as_new_suggested() or info.get_current_history_length() >= self._input.max_history_events
+
+    def _carry(self) -> AdmissionWorkflowInput:
+        records = self._state.records
+        return self._input.model_copy(update={
+            "policy": self._state.policy,
+            "carried": CarriedState(
+                engine=codec.encode(self._state),
+                requesters={rid: who for rid, who in self._requesters.items() if rid in records},
+                inbox=self._inbox,
+                recent_audit=list(self._recent),
+                audit_chain=self._audit_chain,
+            ),
+        })
