@@ -1,0 +1,322 @@
+"""Temporal activities over the Agentic Sandbox fleet API and its A2A executor plane.
+
+Built by the worker from its own configuration: base URLs from `worker.config` and the two
+bearer tokens from `activities.credentials`. Nothing a workflow passes in names a URL or a
+token, so neither can reach a history.
+
+Error mapping (the `type` of every `ApplicationError` is the server's error code):
+
+| client error                                                     | activity error                          |
+|------------------------------------------------------------------|-----------------------------------------|
+| `FleetRejected`, `Unauthorized`, `IdentityImmutable`, `NotFound`, `ProtocolViolation` | `ApplicationError(non_retryable=True)` |
+| `SubstrateUnavailable` (5xx, 408, 429, timeouts, refused)        | `ApplicationError` (retryable)          |
+| `StaleRevision` from `observe_workload`                          | no error: `Observed(applied=False, record=<current>)` |
+| `TaskNotCancelable` from `cancel_task`                           | no error: the task as it ended          |
+
+Every message leaving here is scrubbed of the token values, whatever produced it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, TypeVar
+
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from activities.a2a import Dispatch, Task, TextPart
+from activities.credentials import (
+    EXECUTOR_TOKEN_ENV,
+    FLEET_TOKEN_ENV,
+    BearerToken,
+    MissingCredential,
+    as_token,
+    executor_token,
+    fleet_token,
+)
+from activities.sandbox_api import RuntimeIdentity
+from activities.sandbox_client import (
+    ExecutorClient,
+    FleetClient,
+    IdentityImmutable,
+    NotFound,
+    ProtocolViolation,
+    SandboxError,
+    StaleRevision,
+    SubstrateUnavailable,
+    TaskNotCancelable,
+    Unauthorized,
+)
+from workflows.contract import WorkloadRecord
+from workflows.workload.messages import (
+    ADMIT_WORKLOAD,
+    CANCEL_TASK,
+    DEFAULT_OUTPUT_CHARS,
+    DISPATCH_TASK,
+    GET_TASK,
+    GET_WORKLOAD,
+    LIST_TARGETS,
+    OBSERVE_WORKLOAD,
+    RECONCILE,
+    WATCH_WORKLOAD,
+    Admitted,
+    AdmitWorkload,
+    DispatchTask,
+    Observed,
+    ObserveWorkload,
+    Reconcile,
+    ReconcileResult,
+    Target,
+    TargetList,
+    TaskRef,
+    TaskView,
+    WatchWorkload,
+    WorkloadRef,
+)
+
+R = TypeVar("R")
+
+MISSING_CREDENTIALS = "credentials.missing"
+
+
+def task_view(instance_id: str, task: Task, max_output_chars: int) -> TaskView:
+    """The workflow's view of an A2A task; the `result` artifact's text becomes `output`."""
+    output = task.artifact_text("result")
+    truncated = output is not None and len(output) > max_output_chars
+    status_text = None
+    if task.status.message is not None:
+        status_text = "\n".join(p.text for p in task.status.message.parts if isinstance(p, TextPart)) or None
+    return TaskView(
+        instance_id=instance_id,
+        task_id=task.id,
+        context_id=task.context_id,
+        state=task.status.state,
+        status_text=status_text,
+        artifact_names=[a.name or a.artifact_id for a in task.artifacts or ()],
+        output=output[:max_output_chars] if output is not None else None,
+        output_truncated=truncated,
+    )
+
+
+class FleetActivities:
+    """One fleet client (management token) and one executor client (executor token) per worker."""
+
+    def __init__(
+        self,
+        fleet_url: str,
+        executor_url: str,
+        fleet_token: BearerToken | str | None,
+        executor_token: BearerToken | str | None,
+        *,
+        http_timeout: float = 10.0,
+        missing_credentials: str | None = None,
+    ) -> None:
+        self._fleet_url = fleet_url.rstrip("/")
+        self._executor_url = executor_url.rstrip("/")
+        self._missing = missing_credentials
+        self._secrets: tuple[str, ...] = ()
+        self._fleet: FleetClient | None = None
+        self._executor: ExecutorClient | None = None
+        if fleet_token is not None and executor_token is not None:
+            fleet_secret, executor_secret = as_token(fleet_token), as_token(executor_token)
+            self._secrets = (fleet_secret.reveal(), executor_secret.reveal())
+            self._fleet = FleetClient(self._fleet_url, fleet_secret, timeout=http_timeout)
+            self._executor = ExecutorClient(self._executor_url, executor_secret, timeout=http_timeout)
+        elif self._missing is None:
+            self._missing = f"the worker has no tokens for the substrate: set {FLEET_TOKEN_ENV} and {EXECUTOR_TOKEN_ENV}"
+
+    @classmethod
+    def from_environment(
+        cls, fleet_url: str, executor_url: str, *, environ: Mapping[str, str] | None = None, **options: Any
+    ) -> FleetActivities:
+        """Tokens from the worker's environment / secret files, read once at worker start.
+
+        A worker without them still starts (it also runs workflows that need no substrate);
+        every fleet activity then fails, non-retryably, with the reason and how to fix it.
+        """
+        try:
+            fleet = fleet_token(environ=environ)
+            executor = executor_token(environ=environ)
+        except MissingCredential as error:
+            return cls(fleet_url, executor_url, None, None, missing_credentials=str(error), **options)
+        return cls(fleet_url, executor_url, fleet, executor, **options)
+
+    def __repr__(self) -> str:
+        return f"FleetActivities(fleet={self._fleet_url!r}, executor={self._executor_url!r})"
+
+    @property
+    def configured(self) -> bool:
+        return self._missing is None
+
+    async def aclose(self) -> None:
+        for client in (self._fleet, self._executor):
+            if client is not None:
+                await client.aclose()
+
+    def activities(self) -> list[Callable[..., Any]]:
+        """Every activity, for `Worker(activities=...)`."""
+        return [
+            self.list_targets,
+            self.admit_workload,
+            self.get_workload,
+            self.observe_workload,
+            self.watch_workload,
+            self.dispatch_task,
+            self.get_task,
+            self.cancel_task,
+            self.reconcile,
+        ]
+
+    # --- plumbing -------------------------------------------------------------------------
+
+    def _clients(self) -> tuple[FleetClient, ExecutorClient]:
+        if self._fleet is None or self._executor is None:
+            raise ApplicationError(
+                f"fleet activities are not configured: {self._missing}", type=MISSING_CREDENTIALS, non_retryable=True
+            )
+        return self._fleet, self._executor
+
+    def _scrub(self, text: str) -> str:
+        for secret in self._secrets:
+            text = text.replace(secret, "****")
+        return text
+
+    def _application_error(self, operation: str, error: SandboxError) -> ApplicationError:
+        """A message a person can act on, typed with the server's code; retryable only if a retry can help."""
+        where = self._executor_url if operation in _EXECUTOR_OPERATIONS else self._fleet_url
+        if isinstance(error, Unauthorized):
+            env = EXECUTOR_TOKEN_ENV if operation in _EXECUTOR_OPERATIONS else FLEET_TOKEN_ENV
+            plane = "executor (A2A)" if operation in _EXECUTOR_OPERATIONS else "management (fleet)"
+            text = (
+                f"{operation}: {where} refused the worker's {plane} token ({error.message}); set {env} "
+                f"(or {env}_FILE) on the worker to the token this substrate expects and restart the worker"
+            )
+        elif isinstance(error, NotFound):
+            text = f"{operation}: {error.message} at {where}; check the id and that the worker points at the right substrate"
+        elif isinstance(error, IdentityImmutable):
+            text = (
+                f"{operation}: {error.message}; the workload is already bound to another runtime identity "
+                "and must not be rebound: re-read the record and adopt its identity"
+            )
+        elif isinstance(error, ProtocolViolation):
+            text = (
+                f"{operation}: {where} answered with a response that breaks the contract ({error.message}); "
+                "check that the URL points at an Agentic Sandbox speaking Fleet Workload v1"
+            )
+        elif isinstance(error, SubstrateUnavailable):
+            text = f"{operation}: the substrate at {where} is unavailable ({error.message}); retrying"
+        else:
+            text = f"{operation} was refused by {where}: {error.message}"
+        details: dict[str, Any] = {"status": error.status}
+        if isinstance(error, StaleRevision):
+            details["current_revision"] = error.current_revision
+        return ApplicationError(
+            self._scrub(text),
+            details,
+            type=error.code,
+            non_retryable=not error.retryable,
+        )
+
+    async def _call(self, operation: str, call: Callable[[], Awaitable[R]]) -> R:
+        try:
+            return await call()
+        except SandboxError as error:
+            raise self._application_error(operation, error) from None
+        except (ApplicationError, asyncio.CancelledError):
+            raise
+        except Exception as error:
+            text = self._scrub(f"{type(error).__name__}: {error}")
+            raise ApplicationError(f"{operation} failed unexpectedly: {text}", type="fleet.internal") from None
+
+    # --- management plane -----------------------------------------------------------------
+
+    @activity.defn(name=LIST_TARGETS)
+    async def list_targets(self) -> TargetList:
+        fleet, _ = self._clients()
+        instances = await self._call(LIST_TARGETS, fleet.instances)
+        return TargetList(targets=[Target.model_validate(i.model_dump()) for i in instances])
+
+    @activity.defn(name=ADMIT_WORKLOAD)
+    async def admit_workload(self, request: AdmitWorkload) -> Admitted:
+        fleet, _ = self._clients()
+        response = await self._call(ADMIT_WORKLOAD, lambda: fleet.admit(request.record))
+        return Admitted(replayed=response.replayed, record=response.workload)
+
+    @activity.defn(name=GET_WORKLOAD)
+    async def get_workload(self, request: WorkloadRef) -> WorkloadRecord:
+        fleet, _ = self._clients()
+        return await self._call(GET_WORKLOAD, lambda: fleet.get(request.child_id))
+
+    @activity.defn(name=OBSERVE_WORKLOAD)
+    async def observe_workload(self, request: ObserveWorkload) -> Observed:
+        """Compare-and-swap; a lost race returns the current record for the caller to reduce against."""
+        fleet, _ = self._clients()
+        identity = None
+        if request.runtime_identity is not None:
+            identity = RuntimeIdentity.model_validate(request.runtime_identity.model_dump())
+
+        async def observe() -> Observed:
+            try:
+                record = await fleet.observe(request.child_id, request.expected_revision, request.status, identity)
+            except StaleRevision:
+                return Observed(applied=False, record=await fleet.get(request.child_id))
+            return Observed(applied=True, record=record)
+
+        return await self._call(OBSERVE_WORKLOAD, observe)
+
+    @activity.defn(name=WATCH_WORKLOAD)
+    async def watch_workload(self, request: WatchWorkload) -> WorkloadRecord:
+        """Poll until the record's revision passes `after_revision` (or `max_wait_seconds` pass).
+
+        Heartbeats on every poll, so a dead worker is noticed within the heartbeat timeout and a
+        cancellation from the workflow is delivered here (as `CancelledError` at the next await).
+        """
+        fleet, _ = self._clients()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + request.max_wait_seconds
+        while True:
+            record = await self._call(WATCH_WORKLOAD, lambda: fleet.get(request.child_id))
+            if record.status.revision > request.after_revision or loop.time() >= deadline:
+                return record
+            activity.heartbeat(record.status.revision)
+            await asyncio.sleep(min(request.poll_interval_seconds, max(0.0, deadline - loop.time())))
+
+    @activity.defn(name=RECONCILE)
+    async def reconcile(self, request: Reconcile) -> ReconcileResult:
+        fleet, _ = self._clients()
+        report = await self._call(RECONCILE, lambda: fleet.reconcile(request.before_revision, request.child_ids))
+        return ReconcileResult(report=report)
+
+    # --- executor plane -------------------------------------------------------------------
+
+    @activity.defn(name=DISPATCH_TASK)
+    async def dispatch_task(self, request: DispatchTask) -> TaskView:
+        """A2A `messages:send` with `messageId` = the dispatch id: sending it again finds the same task."""
+        _, executor = self._clients()
+        dispatch = Dispatch.model_validate(request.dispatch.model_dump())
+        task = await self._call(DISPATCH_TASK, lambda: executor.send_message(request.instance_id, dispatch))
+        return task_view(request.instance_id, task, DEFAULT_OUTPUT_CHARS)
+
+    @activity.defn(name=GET_TASK)
+    async def get_task(self, request: TaskRef) -> TaskView:
+        _, executor = self._clients()
+        task = await self._call(GET_TASK, lambda: executor.get_task(request.instance_id, request.task_id))
+        return task_view(request.instance_id, task, request.max_output_chars)
+
+    @activity.defn(name=CANCEL_TASK)
+    async def cancel_task(self, request: TaskRef) -> TaskView:
+        """Cancel; a task that already ended is returned as it ended (there is nothing left to stop)."""
+        _, executor = self._clients()
+
+        async def cancel() -> Task:
+            try:
+                return await executor.cancel_task(request.instance_id, request.task_id)
+            except TaskNotCancelable:
+                return await executor.get_task(request.instance_id, request.task_id)
+
+        task = await self._call(CANCEL_TASK, cancel)
+        return task_view(request.instance_id, task, request.max_output_chars)
+
+
+_EXECUTOR_OPERATIONS = frozenset({DISPATCH_TASK, GET_TASK, CANCEL_TASK})

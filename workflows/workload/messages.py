@@ -1,0 +1,219 @@
+"""Payloads of the fleet activities and of WorkloadWorkflow.
+
+Pure pydantic models so that workflows (the sandbox) and activities import the same shapes.
+Nothing here carries a bearer token or a URL: those are the worker's configuration
+(`activities.credentials`, `worker.config`), never part of a workflow's history.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from workflows.admission.model import Identifier
+from workflows.contract import (
+    IsolationKind,
+    ReconciliationReport,
+    WorkloadKind,
+    WorkloadRecord,
+    WorkloadStatus,
+)
+from workflows.mission.observation import ChildObservation
+from workflows.mission.spec import ChildSpec
+
+# Activity names: stable, they are what histories and other workflows refer to.
+LIST_TARGETS = "list_targets"
+ADMIT_WORKLOAD = "admit_workload"
+GET_WORKLOAD = "get_workload"
+OBSERVE_WORKLOAD = "observe_workload"
+WATCH_WORKLOAD = "watch_workload"
+DISPATCH_TASK = "dispatch_task"
+GET_TASK = "get_task"
+CANCEL_TASK = "cancel_task"
+RECONCILE = "reconcile"
+
+WORKLOAD_WORKFLOW = "WorkloadWorkflow"
+
+TaskState = Literal[
+    "submitted", "working", "input-required", "auth-required",
+    "completed", "failed", "canceled", "rejected", "unknown",
+]  # fmt: skip
+Verdict = Literal["progressing", "satisfied", "failed", "review-required"]
+
+DEFAULT_OUTPUT_CHARS = 64 * 1024
+
+
+class _Message(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+# --- targets --------------------------------------------------------------------------------
+
+
+class Target(_Message):
+    """One executor instance a workload can be dispatched to (`target_id` = `id`)."""
+
+    id: str
+    executor_id: str
+    runtime_id: str
+    workload_kinds: list[WorkloadKind]
+    isolation_kinds: list[IsolationKind]
+    status: Literal["ready", "draining", "offline"]
+    active_tasks: int
+
+
+class TargetList(_Message):
+    targets: list[Target]
+
+
+# --- fleet records --------------------------------------------------------------------------
+
+
+class AdmitWorkload(_Message):
+    record: WorkloadRecord
+
+
+class Admitted(_Message):
+    """`replayed` is True when an identical record was already admitted; `record` is the current one."""
+
+    replayed: bool
+    record: WorkloadRecord
+
+
+class WorkloadRef(_Message):
+    child_id: str
+
+
+class RuntimeIdentityUpdate(_Message):
+    """Runtime identity to bind with an observation; a field already set can never change."""
+
+    task_id: str | None = None
+    session_id: str | None = None
+    command_id: str | None = None
+
+
+class ObserveWorkload(_Message):
+    child_id: str
+    expected_revision: int = Field(ge=0)
+    status: WorkloadStatus
+    runtime_identity: RuntimeIdentityUpdate | None = None
+
+
+class Observed(_Message):
+    """`applied` False: the compare-and-swap lost; `record` is the current one to reduce against."""
+
+    applied: bool
+    record: WorkloadRecord
+
+
+class WatchWorkload(_Message):
+    child_id: str
+    after_revision: int = Field(ge=0)
+    poll_interval_seconds: float = Field(default=1.0, gt=0)
+    # The activity returns the unchanged record after this long so that no activity runs forever.
+    max_wait_seconds: float = Field(default=300.0, gt=0)
+
+
+class Reconcile(_Message):
+    child_ids: list[str] = Field(min_length=1)
+    before_revision: int = Field(default=0, ge=0)
+
+
+class ReconcileResult(_Message):
+    report: ReconciliationReport
+
+
+# --- executor tasks -------------------------------------------------------------------------
+
+
+class TaskDispatch(_Message):
+    """One workload's start message; `message_id` is its idempotency key (same id, same task)."""
+
+    message_id: str = Field(min_length=1, max_length=256)
+    child_id: str
+    kind: WorkloadKind
+    prompt: str = Field(min_length=1)
+    timeout_seconds: int | None = Field(default=None, ge=1)
+    schedule: str | None = None
+    verifier: str | None = None
+    context_id: str | None = None
+
+
+class DispatchTask(_Message):
+    instance_id: str
+    dispatch: TaskDispatch
+
+
+class TaskRef(_Message):
+    instance_id: str
+    task_id: str
+    max_output_chars: int = Field(default=DEFAULT_OUTPUT_CHARS, ge=0)
+
+
+class TaskView(_Message):
+    """An A2A task as the workflow needs it: state, why, and the result artifact's text."""
+
+    instance_id: str
+    task_id: str
+    context_id: str
+    state: TaskState
+    status_text: str | None = None
+    artifact_names: list[str] = Field(default_factory=list)
+    output: str | None = None
+    output_truncated: bool = False
+
+
+# --- the workflow ---------------------------------------------------------------------------
+
+
+class WorkloadCarry(_Message):
+    """What a WorkloadWorkflow hands to its next run at continue-as-new."""
+
+    record: WorkloadRecord
+    task_id: str | None
+    reported_revision: int
+    output: str | None = None
+    output_sha256: str | None = None
+
+
+class WorkloadInput(_Message):
+    """One admitted child workload: where it runs and who it belongs to; never a credential."""
+
+    mission_id: Identifier
+    orchestrator_id: Identifier
+    child: ChildSpec
+    target_id: Identifier = Field(description="the executor instance the task is sent to")
+    executor_id: Identifier
+    runtime_id: Identifier | None = Field(default=None, description="defaults to `<target_id>:<kind>`")
+    parent_id: Identifier | None = None
+    poll_interval_seconds: float = Field(default=1.0, gt=0, le=60)
+    watch_max_seconds: float = Field(default=300.0, gt=0, le=3600)
+    max_history_events: int = Field(default=5000, ge=20)
+    max_output_chars: int = Field(default=DEFAULT_OUTPUT_CHARS, ge=0)
+    carried: WorkloadCarry | None = None
+
+    @model_validator(mode="after")
+    def _derived_ids_fit(self) -> WorkloadInput:
+        # dispatch_id is the longest id derived from these two (see workflows.workload.record).
+        length = len(self.mission_id) + len(self.child.child_id) + len("::dispatch")
+        if length > 256:
+            raise ValueError(
+                f"mission_id and child.child_id are too long together ({length} characters in "
+                f"'<mission>:<child>:dispatch'); the fleet contract allows 256: shorten one of them"
+            )
+        return self
+
+    @property
+    def effective_runtime_id(self) -> str:
+        return self.runtime_id or f"{self.target_id}:{self.child.kind}"
+
+
+class WorkloadResult(_Message):
+    """How the workload ended (cancellation ends the workflow cancelled instead)."""
+
+    child_id: str
+    verdict: Verdict
+    observation: ChildObservation
+    task_id: str | None = None
+    missing_evidence: list[str] = Field(default_factory=list)

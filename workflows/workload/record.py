@@ -1,0 +1,200 @@
+"""Pure functions from a WorkloadInput to the Fleet Workload v1 record, its dispatch, and back.
+
+Everything is derived from the input alone (plus `last_seen`, which the substrate leaves out
+of its replay hash), so a second run of the same workload builds the identical record and
+the substrate answers `replayed` instead of a collision: that is how a workflow re-adopts a
+task it, or an earlier run, already dispatched.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from pydantic import JsonValue
+
+from workflows.contract import (
+    REVIEW_REQUIRED_STATES,
+    TERMINAL_FAILURE_STATES,
+    TERMINAL_OBSERVED_STATES,
+    Lineage,
+    WorkloadRecord,
+    WorkloadSpec,
+    WorkloadStatus,
+)
+from workflows.mission.observation import ChildObservation
+from workflows.workload.messages import TaskDispatch, Verdict, WorkloadInput
+
+
+def idempotency_key(mission_id: str, child_id: str) -> str:
+    return f"{mission_id}:{child_id}"
+
+
+def dispatch_id(mission_id: str, child_id: str) -> str:
+    """Also the A2A `messageId`: the executor starts at most one task per dispatch id."""
+    return f"{mission_id}:{child_id}:dispatch"
+
+
+def orchestrator_hints(input: WorkloadInput) -> dict[str, JsonValue]:
+    """Non-secret scheduling hints for people reading the record on the substrate."""
+    child = input.child
+    hints: dict[str, JsonValue] = {
+        "priority_class": child.priority_class,
+        "priority": child.priority,
+        "environment": child.environment,
+        "provider": child.provider,
+        "runtime_kind": child.runtime_kind,
+        "preemptible": child.preemptible,
+    }
+    if child.lane is not None:
+        hints["lane"] = child.lane
+    if child.required_evidence:
+        hints["required_evidence"] = list(child.required_evidence)
+    return {"conductor": hints}
+
+
+def _present(**fields: object) -> dict[str, object]:
+    """The contract's optional fields are omitted, never null."""
+    return {name: value for name, value in fields.items() if value is not None}
+
+
+def build_record(input: WorkloadInput, now: datetime) -> WorkloadRecord:
+    """The `pending` revision-0 record to admit. Raises `ContractError` if the input cannot form one."""
+    child = input.child
+    lineage = Lineage(
+        orchestrator_id=input.orchestrator_id,
+        mission_id=input.mission_id,
+        dispatch_id=dispatch_id(input.mission_id, child.child_id),
+        idempotency_key=idempotency_key(input.mission_id, child.child_id),
+        parent_id=input.parent_id,
+        child_id=child.child_id,
+        target_id=input.target_id,
+        executor_id=input.executor_id,
+        runtime_id=input.effective_runtime_id,
+        session_id=None,
+        task_id=None,
+        command_id=None,
+    )
+    spec = WorkloadSpec.model_validate(
+        _present(
+            desired_state="running",
+            capabilities=[],
+            policy=child.workload_policy(),
+            budgets=child.budgets,
+            schedule=child.schedule,
+            orchestrator_metadata=orchestrator_hints(input),
+        )
+    )
+    status = WorkloadStatus.model_validate(
+        _present(
+            observed_state="pending",
+            revision=0,
+            last_seen=now,
+            artifacts=[],
+            health="unknown" if child.kind == "daemon" else None,
+        )
+    )
+    record = WorkloadRecord(
+        document_type="workload",
+        api_version="agentic-orchestration/v1",
+        kind=child.kind,
+        lineage=lineage,
+        spec=spec,
+        status=status,
+    )
+    record.to_wire()  # validates the whole document (id lengths, schedule for collectors, ...)
+    return record
+
+
+def build_dispatch(input: WorkloadInput) -> TaskDispatch:
+    child = input.child
+    return TaskDispatch(
+        message_id=dispatch_id(input.mission_id, child.child_id),
+        child_id=child.child_id,
+        kind=child.kind,
+        prompt=child.prompt,
+        schedule=child.schedule,
+        verifier=child.verifier,
+    )
+
+
+def next_status(record: WorkloadRecord, now: datetime, **changes: object) -> WorkloadStatus:
+    """The record's status one revision on, with `changes` applied (health kept for daemons)."""
+    current = record.status
+    data = current.model_dump()
+    data.update(revision=current.revision + 1, last_seen=now)
+    data.update(_present(**changes))
+    if record.kind == "daemon" and data.get("health") is None:
+        data["health"] = "unknown"
+    return WorkloadStatus.model_validate(data)
+
+
+# --- lifecycle ------------------------------------------------------------------------------
+
+
+def lifecycle_satisfied(record: WorkloadRecord) -> bool:
+    """DESIGN.md, "Lifecycle satisfaction per kind" (`succeeded` ends every kind satisfied)."""
+    state = record.status.observed_state
+    if state == "succeeded":
+        return record.kind != "scheduled-collector" or record.spec.schedule is not None
+    if record.kind == "daemon":
+        return state in ("healthy", "running") and record.status.health == "healthy"
+    if record.kind == "persistent-agent":
+        return state in ("retained", "detached", "running")
+    if record.kind == "scheduled-collector":
+        return state == "scheduled" and record.spec.schedule is not None
+    return False
+
+
+def verdict(record: WorkloadRecord) -> Verdict:
+    state = record.status.observed_state
+    if state in TERMINAL_FAILURE_STATES:
+        return "failed"
+    if state in REVIEW_REQUIRED_STATES:
+        return "review-required"
+    return "satisfied" if lifecycle_satisfied(record) else "progressing"
+
+
+def finished(record: WorkloadRecord) -> bool:
+    """Nothing more to follow: a terminal state, or one only an operator can resolve.
+
+    Long-lived kinds that are satisfied are not finished: they are followed until cancelled.
+    """
+    state = record.status.observed_state
+    return state in TERMINAL_OBSERVED_STATES or state in REVIEW_REQUIRED_STATES
+
+
+def missing_evidence(record: WorkloadRecord, required: list[str]) -> list[str]:
+    present = {artifact.kind for artifact in record.status.artifacts}
+    return [kind for kind in required if kind not in present]
+
+
+def result_artifact_sha256(record: WorkloadRecord) -> str | None:
+    for artifact in record.status.artifacts:
+        if artifact.kind == "result":
+            return artifact.sha256
+    return None
+
+
+def observation_of(
+    record: WorkloadRecord,
+    child_id: str,
+    *,
+    output: str | None = None,
+    note: str | None = None,
+) -> ChildObservation:
+    status = record.status
+    return ChildObservation(
+        child_id=child_id,
+        kind=record.kind,
+        revision=status.revision,
+        observed_state=status.observed_state,
+        observed_at=status.last_seen,
+        lineage=record.lineage,
+        health=status.health,
+        backpressure=status.backpressure,
+        artifacts=list(status.artifacts),
+        exit_classification=status.exit_classification,
+        error_code=status.error_code,
+        output=output,
+        note=note,
+    )

@@ -1,0 +1,397 @@
+"""WorkloadWorkflow: one child workload from admission on the fleet to its last observation.
+
+Steps: build the Fleet Workload v1 record from the input; admit it (an identical replay
+returns the current record); dispatch the task through A2A unless the record already names
+one (re-adopt: a restarted or repeated workflow never starts a second task); bind the task
+with a compare-and-swap observation; then follow the record's revisions with one
+heartbeating watch activity at a time, signalling every new revision to the parent
+workflow (`OBSERVATION_SIGNAL`, a `ChildObservation`).
+
+It ends when the record is terminal (`succeeded`, `failed`, `cancelled`, `timed-out`) or
+needs an operator (`unknown`, `operator-review-required`). Long-lived kinds (daemon,
+persistent agent, scheduled collector) are followed past satisfaction, every change
+reported, until they end or the workflow is cancelled; the history is kept short with
+continue-as-new, carrying the record, the task and what was already reported.
+
+Cancelled (lease lost, preempted, fail-fast, mission stopped): the task is cancelled on the
+executor inside a shielded scope, the final record is reported, and the workflow ends
+cancelled. Refusals no retry can fix (admission or dispatch refused) end the workload
+`failed` with the server's code, reported like any other observation.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from datetime import timedelta
+from typing import Any, TypeVar
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy
+from temporalio.exceptions import ActivityError, ApplicationError, is_cancelled_exception
+
+with workflow.unsafe.imports_passed_through():
+    from workflows.contract import ContractError, WorkloadRecord, WorkloadStatus
+    from workflows.mission.observation import OBSERVATION_SIGNAL, ChildObservation
+    from workflows.workload.messages import (
+        ADMIT_WORKLOAD,
+        CANCEL_TASK,
+        DISPATCH_TASK,
+        GET_TASK,
+        GET_WORKLOAD,
+        OBSERVE_WORKLOAD,
+        WATCH_WORKLOAD,
+        WORKLOAD_WORKFLOW,
+        Admitted,
+        AdmitWorkload,
+        DispatchTask,
+        Observed,
+        ObserveWorkload,
+        RuntimeIdentityUpdate,
+        TaskRef,
+        TaskView,
+        WatchWorkload,
+        WorkloadCarry,
+        WorkloadInput,
+        WorkloadRef,
+        WorkloadResult,
+    )
+    from workflows.workload.record import (
+        build_dispatch,
+        build_record,
+        finished,
+        missing_evidence,
+        next_status,
+        observation_of,
+        result_artifact_sha256,
+        verdict,
+    )
+
+T = TypeVar("T")
+
+CALL_TIMEOUT = timedelta(seconds=30)
+CALL_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), backoff_coefficient=2, maximum_interval=timedelta(seconds=30))
+MAX_CAS_ATTEMPTS = 10
+
+# A new status to write and the identity to bind with it; None: nothing to write any more.
+Change = tuple[WorkloadStatus, RuntimeIdentityUpdate | None] | None
+
+
+def _refusal(error: ActivityError) -> ApplicationError | None:
+    """The non-retryable server refusal behind an activity failure, if that is what it was."""
+    cause = error.cause
+    if isinstance(cause, ApplicationError) and cause.non_retryable:
+        return cause
+    return None
+
+
+async def _shielded(work: Awaitable[None]) -> None:
+    """Run `work` to its end even if cancellation is requested again meanwhile."""
+    task = asyncio.ensure_future(work)
+    while not task.done():
+        try:
+            await asyncio.shield(task)
+        except asyncio.CancelledError:
+            if task.done():
+                break
+    task.result()
+
+
+@workflow.defn(name=WORKLOAD_WORKFLOW)
+class WorkloadWorkflow:
+    @workflow.init
+    def __init__(self, input: WorkloadInput) -> None:
+        self._input = input
+        self._child_id = input.child.child_id
+        carried = input.carried
+        self._task_id: str | None = carried.task_id if carried else None
+        self._reported = carried.reported_revision if carried else -1
+        self._output: str | None = carried.output if carried else None
+        self._output_sha256: str | None = carried.output_sha256 if carried else None
+        self._note: str | None = None
+        self._last: ChildObservation | None = None
+
+    @workflow.query
+    def observation(self) -> ChildObservation | None:
+        """The last observation reported to the parent."""
+        return self._last
+
+    @workflow.run
+    async def run(self, input: WorkloadInput) -> WorkloadResult:
+        record: WorkloadRecord | None = input.carried.record if input.carried else None
+        try:
+            if record is None:
+                admitted = await self._admit()
+                if isinstance(admitted, ChildObservation):
+                    return WorkloadResult(child_id=self._child_id, verdict="failed", observation=admitted)
+                record = await self._start(admitted)
+            record = await self._follow(record)
+        except BaseException as error:
+            if not is_cancelled_exception(error):
+                raise
+            await _shielded(self._stop())
+            raise
+        assert self._last is not None
+        outcome = verdict(record)
+        missing = missing_evidence(record, list(input.child.required_evidence))
+        if outcome == "satisfied" and missing:
+            outcome = "failed"  # missing required evidence fails closed
+        return WorkloadResult(
+            child_id=self._child_id,
+            verdict=outcome,
+            observation=self._last,
+            task_id=record.lineage.task_id or self._task_id,
+            missing_evidence=missing,
+        )
+
+    # --- admission and dispatch -----------------------------------------------------------
+
+    async def _admit(self) -> WorkloadRecord | ChildObservation:
+        """Admit the record; a refusal is reported as a failed observation at revision 0."""
+        try:
+            record = build_record(self._input, workflow.now())
+        except ContractError as error:
+            raise ApplicationError(
+                f"cannot build a valid workload record for child {self._child_id!r}: {error}",
+                type="workload.invalid_input",
+                non_retryable=True,
+            ) from None
+        try:
+            admitted = await self._call(ADMIT_WORKLOAD, AdmitWorkload(record=record), Admitted)
+        except ActivityError as error:
+            refusal = _refusal(error)
+            if refusal is None:
+                raise
+            observation = ChildObservation(
+                child_id=self._child_id,
+                kind=record.kind,
+                revision=0,
+                observed_state="failed",
+                observed_at=workflow.now(),
+                lineage=record.lineage,
+                exit_classification="failure",
+                error_code=refusal.type or "fleet.rejected",
+                note=f"admission refused: {refusal.message}",
+            )
+            await self._send(observation)
+            return observation
+        if admitted.replayed:
+            workflow.logger.info("workload %s was admitted before (revision %d)", self._child_id, admitted.record.status.revision)
+        return admitted.record
+
+    async def _start(self, record: WorkloadRecord) -> WorkloadRecord:
+        """Dispatch and bind the task, or re-adopt the one the record already names."""
+        await self._report(record)
+        if record.lineage.task_id is not None:
+            self._task_id = record.lineage.task_id
+            workflow.logger.info("re-adopting task %s of %s: not dispatching again", self._task_id, self._child_id)
+            return record
+        if finished(record):
+            return record
+        dispatch = DispatchTask(instance_id=self._input.target_id, dispatch=build_dispatch(self._input))
+        try:
+            task = await self._call(DISPATCH_TASK, dispatch, TaskView)
+        except ActivityError as error:
+            refusal = _refusal(error)
+            if refusal is None:
+                raise
+            return await self._fail(record, refusal.type or "executor.rejected", f"dispatch refused: {refusal.message}")
+        if task.state == "rejected":
+            current = await self._get()
+            if current.lineage.task_id is not None:
+                self._task_id = current.lineage.task_id
+                return current
+            reason = task.status_text or "the executor rejected the task"
+            return await self._fail(current, "executor.task_rejected", f"dispatch rejected: {reason}")
+        self._task_id = task.task_id
+        return await self._bind(record, task)
+
+    async def _bind(self, record: WorkloadRecord, task: TaskView) -> WorkloadRecord:
+        """Bind the task (and a persistent agent's session) to the record; the executor may have already."""
+
+        def change(current: WorkloadRecord) -> Change:
+            bound = current.lineage.task_id
+            if bound == task.task_id:
+                return None
+            if bound is not None:
+                raise ApplicationError(
+                    f"workload {self._child_id!r} is bound to task {bound!r}, not to the dispatched task "
+                    f"{task.task_id!r}; an operator must decide which one is real",
+                    type="fleet.runtime_identity_immutable",
+                    non_retryable=True,
+                )
+            binds_session = current.kind == "persistent-agent" and current.lineage.session_id is None
+            identity = RuntimeIdentityUpdate(task_id=task.task_id, session_id=task.context_id if binds_session else None)
+            state = current.status.observed_state
+            return next_status(current, workflow.now(), observed_state="starting" if state in ("pending", "admitted") else state), identity
+
+        return await self._compare_and_swap(record, change)
+
+    async def _fail(self, record: WorkloadRecord, code: str, note: str) -> WorkloadRecord:
+        """Record a refusal as `failed` on the workload (unless it ended or got bound meanwhile)."""
+
+        def change(current: WorkloadRecord) -> Change:
+            if finished(current) or current.lineage.task_id is not None:
+                return None
+            fields: dict[str, Any] = {"observed_state": "failed", "exit_classification": "failure", "error_code": code}
+            if current.kind == "daemon":
+                fields["health"] = "unhealthy"
+            return next_status(current, workflow.now(), **fields), None
+
+        workflow.logger.warning("workload %s: %s", self._child_id, note)
+        record = await self._compare_and_swap(record, change)
+        if record.lineage.task_id is not None:
+            self._task_id = record.lineage.task_id
+        else:
+            self._note = note
+        return record
+
+    async def _compare_and_swap(self, record: WorkloadRecord, change: Callable[[WorkloadRecord], Change]) -> WorkloadRecord:
+        """Write `change(record)`; on a stale revision reduce against the current record and try again."""
+        for _ in range(MAX_CAS_ATTEMPTS):
+            wanted = change(record)
+            if wanted is None:
+                return record
+            status, identity = wanted
+            observed = await self._call(
+                OBSERVE_WORKLOAD,
+                ObserveWorkload(
+                    child_id=self._child_id,
+                    expected_revision=record.status.revision,
+                    status=status,
+                    runtime_identity=identity,
+                ),
+                Observed,
+            )
+            record = observed.record
+            if observed.applied:
+                return record
+        raise ApplicationError(
+            f"workload {self._child_id!r} changed under every one of {MAX_CAS_ATTEMPTS} compare-and-swap attempts",
+            type="workload.contention",
+            non_retryable=True,
+        )
+
+    # --- following ------------------------------------------------------------------------
+
+    async def _follow(self, record: WorkloadRecord) -> WorkloadRecord:
+        while True:
+            await self._report(record)
+            if finished(record):
+                return record
+            if self._history_is_long():
+                await workflow.wait_condition(workflow.all_handlers_finished)
+                workflow.continue_as_new(self._carry(record))
+            record = await self._watch(record.status.revision)
+
+    async def _watch(self, after_revision: int) -> WorkloadRecord:
+        input = self._input
+        return await workflow.execute_activity(
+            WATCH_WORKLOAD,
+            WatchWorkload(
+                child_id=self._child_id,
+                after_revision=after_revision,
+                poll_interval_seconds=input.poll_interval_seconds,
+                max_wait_seconds=input.watch_max_seconds,
+            ),
+            result_type=WorkloadRecord,
+            start_to_close_timeout=timedelta(seconds=input.watch_max_seconds) + CALL_TIMEOUT,
+            heartbeat_timeout=timedelta(seconds=max(10.0, 5 * input.poll_interval_seconds)),
+            retry_policy=CALL_RETRY,
+            summary=f"watch {self._child_id} after revision {after_revision}",
+        )
+
+    def _history_is_long(self) -> bool:
+        info = workflow.info()
+        return info.is_continue_as_new_suggested() or info.get_current_history_length() >= self._input.max_history_events
+
+    def _carry(self, record: WorkloadRecord) -> WorkloadInput:
+        carry = WorkloadCarry(
+            record=record,
+            task_id=self._task_id,
+            reported_revision=self._reported,
+            output=self._output,
+            output_sha256=self._output_sha256,
+        )
+        return self._input.model_copy(update={"carried": carry})
+
+    async def _report(self, record: WorkloadRecord) -> None:
+        """Signal the parent once per new revision, with the result's text when there is one."""
+        if record.status.revision <= self._reported:
+            return
+        self._reported = record.status.revision
+        task_id = record.lineage.task_id or self._task_id
+        sha256 = result_artifact_sha256(record)
+        if sha256 is not None and sha256 != self._output_sha256 and task_id is not None:
+            view = await self._call(
+                GET_TASK,
+                TaskRef(instance_id=self._input.target_id, task_id=task_id, max_output_chars=self._input.max_output_chars),
+                TaskView,
+            )
+            self._output, self._output_sha256 = view.output, sha256
+        note, self._note = self._note, None
+        await self._send(observation_of(record, self._child_id, output=self._output, note=note))
+
+    async def _send(self, observation: ChildObservation) -> None:
+        self._last = observation
+        workflow.set_current_details(
+            f"{observation.kind} {observation.child_id} on {self._input.target_id}: "
+            f"{observation.observed_state} (revision {observation.revision})"
+        )
+        parent = workflow.info().parent
+        if parent is None:
+            return
+        try:
+            await workflow.get_external_workflow_handle(parent.workflow_id).signal(OBSERVATION_SIGNAL, observation)
+        except Exception as error:  # a parent that is gone must not fail the workload
+            if is_cancelled_exception(error):
+                raise
+            workflow.logger.warning("cannot signal parent %s: %s", parent.workflow_id, error)
+
+    # --- cancellation ---------------------------------------------------------------------
+
+    async def _stop(self) -> None:
+        """Cancel the runtime task and report how the workload ended (runs shielded)."""
+        try:
+            record = await self._get()
+        except ActivityError as error:
+            workflow.logger.warning("cancelled before %s was admitted: %s", self._child_id, error.cause or error)
+            return
+        try:
+            task_id = record.lineage.task_id or self._task_id
+            if task_id is None and not finished(record):
+                record = await self._compare_and_swap(record, self._cancelled_change)
+                task_id = record.lineage.task_id  # bound meanwhile: cancel that task
+            if task_id is not None:
+                self._task_id = task_id
+                view = await self._call(CANCEL_TASK, TaskRef(instance_id=self._input.target_id, task_id=task_id, max_output_chars=0), TaskView)
+                record = await self._get()
+                if view.state == "canceled" and not finished(record):
+                    record = await self._compare_and_swap(record, self._cancelled_change)
+        except ActivityError as error:
+            workflow.logger.warning("cancelling %s on the executor failed: %s", self._child_id, error.cause or error)
+        await self._report(record)
+
+    def _cancelled_change(self, current: WorkloadRecord) -> Change:
+        if finished(current) or (current.lineage.task_id is not None and self._task_id is None):
+            return None
+        fields: dict[str, Any] = {"observed_state": "cancelled", "exit_classification": "cancelled", "error_code": "conductor.cancelled"}
+        if current.kind == "daemon":
+            fields["health"] = "unhealthy"
+        return next_status(current, workflow.now(), **fields), None
+
+    # --- activities -----------------------------------------------------------------------
+
+    async def _get(self) -> WorkloadRecord:
+        return await self._call(GET_WORKLOAD, WorkloadRef(child_id=self._child_id), WorkloadRecord)
+
+    async def _call(self, activity: str, argument: Any, result_type: type[T]) -> T:
+        return await workflow.execute_activity(
+            activity,
+            argument,
+            result_type=result_type,
+            start_to_close_timeout=CALL_TIMEOUT,
+            retry_policy=CALL_RETRY,
+            # A write that was in flight has landed (or not) before the workflow moves on.
+            cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
+        )
