@@ -11,6 +11,8 @@ from workflows.admission.messages import ADMISSION_TASK_QUEUE
 from workflows.admission.model import AdmissionPolicy
 
 DEFAULT_POLICY = AdmissionPolicy(max_concurrent=8, lease_ttl_seconds=60)
+# The bundled local substrate's default address; both planes share it (tokens differ).
+DEFAULT_SUBSTRATE_URL = "http://127.0.0.1:8787"
 
 
 @dataclass(frozen=True)
@@ -18,6 +20,8 @@ class WorkerConfig:
     data_dir: Path
     task_queue: str = ADMISSION_TASK_QUEUE
     admission_policy: AdmissionPolicy = DEFAULT_POLICY
+    fleet_url: str = DEFAULT_SUBSTRATE_URL
+    executor_url: str = DEFAULT_SUBSTRATE_URL
 
     @property
     def audit_db(self) -> Path:
@@ -38,8 +42,11 @@ class WorkerConfig:
         policy_file = env.get("CONDUCTOR_ADMISSION_POLICY")
         if policy_file:
             policy = AdmissionPolicy.model_validate(json.loads(Path(policy_file).read_text()))
+        substrate_url = env.get("CONDUCTOR_SUBSTRATE_URL", DEFAULT_SUBSTRATE_URL)
         return cls(
             data_dir=Path(env.get("CONDUCTOR_DATA_DIR", ".conductor")),
             task_queue=env.get("CONDUCTOR_TASK_QUEUE", ADMISSION_TASK_QUEUE),
             admission_policy=policy,
+            fleet_url=substrate_url,
+            executor_url=substrate_url,
         )
