@@ -1,0 +1,598 @@
+"""The pure core of mission aggregation: child observations and admissions in, ledgers out.
+
+The MissionWorkflow is a thin shell around these functions: it feeds them observations,
+admission decisions and review decisions and writes the ledgers they return. Every function
+takes a ledger and returns a new one (never changing its argument), fully aggregated, with
+`snapshot_seq` incremented exactly when something changed. So a snapshot numbered `n` always has
+the same content, and a redelivered signal costs nothing.
+
+Per child (see `child_outcome`):
+- An observation is a whole revision of the child's record. A higher revision replaces the
+  previous one; a lower one is stale and only recorded in `stale_event_revisions`; the same
+  revision again with the same content (ignoring `observed_at`) is a redelivery and a no-op; the
+  same revision with different content breaks the substrate's compare-and-swap promise, so the
+  first one stays and the revision is recorded as stale.
+- Satisfaction per kind is `is_satisfied`; required evidence is every artifact kind in
+  `ChildSpec.required_evidence` present in the child's artifacts. A child counts as satisfied
+  only with both (missing evidence fails closed).
+- Until the substrate reports the child (`revision is None`), its admission is the only truth:
+  queued shows `blocked` with capacity backpressure (retryable), denied shows `blocked` with
+  policy backpressure (not retryable) and fails the child (it can never run), a queue timeout
+  shows `timed-out`, a cancelled or preempted request shows `cancelled`.
+
+Per mission, with S satisfied, F failed, R review-required and P pending children (N in all) and
+k the successes needed (N for all-pass and fail-fast, `minimum_successes` for quorum):
+- all-pass, fail-fast, quorum: `failed` as soon as S + P + R < k (success has become impossible
+  even if every child needing review turned out fine: for all-pass and fail-fast that is the first
+  terminal failure); `completed` as soon as S >= k and R is empty (quorum does not wait for
+  stragglers); otherwise, once nothing is pending, `operator-review-required` (a child needing
+  review blocks completion, or only reviewed children could still reach k). fail-fast differs from
+  all-pass only in that its failure cancels the live siblings (`children_to_cancel`); all-pass
+  lets them run to their own end.
+- best-output: decides once nothing is pending: `operator-review-required` if any child needs
+  review; else `completed` with the best satisfied child's non-empty output (longest wins, ties go
+  to the child listed first in the spec); else `failed` (no satisfied child produced output).
+- manual-review: decides only on the operator's decision, accepted only once nothing is pending
+  (the state is `awaiting-review` then). reject -> `failed`. approve -> `completed`, unless a
+  child needs review: then `operator-review-required`, because unknown / operator-review-required
+  children and missing evidence never count as success, not even with an approval (the approval is
+  still recorded). Terminal failures do not block an approval: accepting them is the operator's call.
+- Long-lived children (daemon, persistent-agent, scheduled-collector) count as satisfied while
+  running, so a verdict can settle while they keep running. A final parent state never changes
+  again; the children and the summary keep following the observations.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from workflows.admission.messages import Backpressure as AdmissionBackpressure
+from workflows.contract import (
+    REVIEW_REQUIRED_STATES,
+    TERMINAL_FAILURE_STATES,
+    TERMINAL_OBSERVED_STATES,
+    Backpressure,
+    Health,
+    ObservedState,
+    WorkloadKind,
+)
+from workflows.mission.ledger import (
+    FINAL_PARENT_STATES,
+    VERDICT_STATES,
+    AggregationSummary,
+    ChildAdmission,
+    ChildLedger,
+    ChildOutcome,
+    ChosenOutput,
+    MissionLedger,
+    ParentState,
+    ReviewDecision,
+    VerdictState,
+)
+from workflows.mission.observation import ChildObservation
+from workflows.mission.spec import MissionSpec, Quorum
+
+__all__ = [
+    "ReviewNotAccepted",
+    "is_satisfied",
+    "missing_evidence",
+    "child_outcome",
+    "initial_ledger",
+    "apply_observation",
+    "apply_admission",
+    "apply_review",
+    "review_refusal",
+    "aggregate",
+    "verdict",
+    "is_final",
+    "live_children",
+    "children_to_cancel",
+    "mark_cancel_requested",
+    "mark_cancelled",
+    "output_score",
+]
+
+_SATISFYING_STATES: dict[str, frozenset[str]] = {
+    "one-shot-command": frozenset({"succeeded"}),
+    "daemon": frozenset({"healthy", "running"}),  # and health == healthy
+    "persistent-agent": frozenset({"retained", "detached", "running"}),
+    "scheduled-collector": frozenset({"scheduled", "succeeded"}),
+}
+# Admission states after which a child that never reached the substrate will not run.
+_ADMISSION_ENDED = frozenset({"denied", "timed-out", "cancelled", "preempted", "released"})
+# Fields of an observation that make up its content (observed_at is when it was seen, not what).
+_OBSERVED_FIELDS = (
+    "lineage", "observed_state", "health", "backpressure", "exit_classification", "error_code", "note", "output",
+)  # fmt: skip
+_NAMES_SHOWN = 5  # ids named in a reason before "and N more": reasons stay short for 1,000 children
+
+
+class ReviewNotAccepted(ValueError):
+    """A review decision that cannot be applied now; the message says why and what to do."""
+
+
+# --- per child -----------------------------------------------------------------------------------
+
+
+def is_satisfied(kind: WorkloadKind, observed_state: ObservedState, health: Health | None) -> bool:
+    """Whether the kind's lifecycle is satisfied (the design's table), evidence aside.
+
+    one-shot-command: `succeeded`; daemon: `healthy` or `running`, and health `healthy` (a daemon
+    that runs but does not report healthy is not yet doing its job); persistent-agent: `retained`,
+    `detached` or `running`; scheduled-collector: `scheduled` or `succeeded` (MissionSpec already
+    refuses a collector without a schedule).
+    """
+    if observed_state not in _SATISFYING_STATES[kind]:
+        return False
+    return kind != "daemon" or health == "healthy"
+
+
+def missing_evidence(child: ChildLedger) -> tuple[str, ...]:
+    """Required artifact kinds the child has not produced, in the spec's order."""
+    present = {artifact.kind for artifact in child.artifacts}
+    return tuple(kind for kind in child.required_evidence if kind not in present)
+
+
+def _dispatched(child: ChildLedger) -> bool:
+    return child.revision is not None
+
+
+def child_outcome(child: ChildLedger) -> ChildOutcome:
+    """Where the child stands for the verdict (see `ChildOutcome`); fails closed."""
+    state = child.observed_state
+    if state in REVIEW_REQUIRED_STATES:
+        return "review-required"
+    if state in TERMINAL_FAILURE_STATES:
+        return "failed"
+    if not _dispatched(child) and child.admission.state == "denied":
+        return "failed"
+    lifecycle = is_satisfied(child.kind, state, child.health)
+    if lifecycle and not missing_evidence(child):
+        return "satisfied"
+    if state in TERMINAL_OBSERVED_STATES:
+        # Ended `succeeded` yet not satisfied: evidence is missing or the kind needed something
+        # else (a daemon that exits). Nothing will change by itself, and it is not a success.
+        return "review-required"
+    return "pending"
+
+
+def _refresh(child: ChildLedger) -> ChildLedger:
+    missing = missing_evidence(child)
+    outcome = child_outcome(child)
+    return child.model_copy(
+        update={
+            "missing_evidence": missing,
+            "evidence_complete": not missing,
+            "satisfied": outcome == "satisfied",
+            "outcome": outcome,
+        }
+    )
+
+
+def _is_live(child: ChildLedger) -> bool:
+    """Could still be running (or start) somewhere: cancelling it is meaningful."""
+    if child.observed_state in TERMINAL_OBSERVED_STATES:
+        return False
+    return _dispatched(child) or child.admission.state not in _ADMISSION_ENDED
+
+
+# --- building and changing ledgers ----------------------------------------------------------------
+
+
+def _required_successes(spec: MissionSpec) -> int | None:
+    mode = spec.aggregation.mode
+    if mode in ("all-pass", "fail-fast"):
+        return len(spec.children)
+    if isinstance(spec.aggregation, Quorum):
+        return spec.aggregation.minimum_successes
+    return None
+
+
+def initial_ledger(spec: MissionSpec) -> MissionLedger:
+    """Every child pending and not yet submitted for admission; parent `planning`; snapshot 0."""
+    children = tuple(
+        _refresh(ChildLedger(child_id=c.child_id, kind=c.kind, required_evidence=tuple(dict.fromkeys(c.required_evidence))))
+        for c in spec.children
+    )
+    ledger = MissionLedger(
+        mission_id=spec.mission_id,
+        parent_state="planning",
+        aggregation=AggregationSummary(mode=spec.aggregation.mode, required_successes=_required_successes(spec)),
+        children=children,
+    )
+    return _settle(ledger).model_copy(update={"snapshot_seq": 0})
+
+
+def _replace_child(ledger: MissionLedger, child: ChildLedger) -> MissionLedger:
+    children = tuple(child if c.child_id == child.child_id else c for c in ledger.children)
+    return ledger.model_copy(update={"children": children})
+
+
+def _commit(before: MissionLedger, after: MissionLedger) -> MissionLedger:
+    """Aggregate `after`; return `before` itself if nothing changed, else the result with seq + 1."""
+    settled = _settle(after)
+    if settled.model_copy(update={"snapshot_seq": before.snapshot_seq}) == before:
+        return before
+    return settled.model_copy(update={"snapshot_seq": before.snapshot_seq + 1})
+
+
+def _same_content(child: ChildLedger, obs: ChildObservation) -> bool:
+    return all(getattr(child, name) == getattr(obs, name) for name in _OBSERVED_FIELDS) and child.artifacts == tuple(
+        obs.artifacts
+    )
+
+
+def apply_observation(ledger: MissionLedger, spec: MissionSpec, obs: ChildObservation) -> MissionLedger:
+    """Reduce one child observation by revision (newer replaces, older is recorded), then aggregate.
+
+    Raises ValueError for an observation that cannot belong to this mission (unknown child, a kind
+    other than the spec's, lineage naming another mission or child): that is a wiring bug, not data.
+    """
+    _check_spec(ledger, spec)
+    child = ledger.child(obs.child_id)
+    if obs.kind != child.kind:
+        raise ValueError(
+            f"observation of {obs.child_id} says kind {obs.kind!r} but the spec declares {child.kind!r}; "
+            "the WorkloadWorkflow must report the kind it was started with"
+        )
+    if obs.lineage is not None and (obs.lineage.mission_id, obs.lineage.child_id) != (ledger.mission_id, obs.child_id):
+        raise ValueError(
+            f"observation of {obs.child_id} carries lineage for mission {obs.lineage.mission_id} child "
+            f"{obs.lineage.child_id}; it belongs to another mission or child"
+        )
+    if child.revision is None or obs.revision > child.revision:
+        updated = child.model_copy(
+            update={
+                **{name: getattr(obs, name) for name in _OBSERVED_FIELDS},
+                "revision": obs.revision,
+                "observed_at": obs.observed_at,
+                "artifacts": tuple(obs.artifacts),
+            }
+        )
+    elif obs.revision == child.revision and _same_content(child, obs):
+        return ledger  # redelivered: nothing new
+    else:
+        stale = tuple(sorted(set(child.stale_event_revisions) | {obs.revision}))
+        if stale == child.stale_event_revisions:
+            return ledger
+        updated = child.model_copy(update={"stale_event_revisions": stale})
+    return _commit(ledger, _replace_child(ledger, _refresh(updated)))
+
+
+def _contract_backpressure(value: Backpressure | AdmissionBackpressure | None) -> Backpressure | None:
+    if value is None or isinstance(value, Backpressure):
+        return value
+    return Backpressure(reason=value.reason, retryable=value.retryable)
+
+
+def apply_admission(
+    ledger: MissionLedger,
+    child_id: str,
+    admission: ChildAdmission,
+    backpressure: Backpressure | AdmissionBackpressure | None = None,
+) -> MissionLedger:
+    """Record the child's admission decision, then aggregate.
+
+    A decision with a lower record `revision` than the one held for the same request is ignored.
+    Before the substrate has reported the child, the admission also sets what the child shows
+    (see the module docstring); `backpressure` overrides the default one for queued/denied (pass
+    `AdmissionDecision.backpressure`). After that, substrate observations own the child's state:
+    a preempted lease reaches the mission as the child's cancelled observation.
+    """
+    child = ledger.child(child_id)
+    held = child.admission
+    if admission.request_id == held.request_id and admission.revision < held.revision:
+        return ledger
+    update: dict[str, Any] = {"admission": admission}
+    if not _dispatched(child):
+        shown = _contract_backpressure(backpressure)
+        if admission.state == "queued":
+            update |= {"observed_state": "blocked", "backpressure": shown or Backpressure(reason="capacity", retryable=True)}
+        elif admission.state == "denied":
+            update |= {"observed_state": "blocked", "backpressure": shown or Backpressure(reason="policy", retryable=False)}
+        elif admission.state == "admitted":
+            update |= {"observed_state": "admitted", "backpressure": None}
+        elif admission.state == "timed-out":
+            update |= {"observed_state": "timed-out", "backpressure": None}
+        elif admission.state in ("cancelled", "preempted"):
+            update |= {"observed_state": "cancelled", "backpressure": None}
+    return _commit(ledger, _replace_child(ledger, _refresh(child.model_copy(update=update))))
+
+
+def review_refusal(ledger: MissionLedger, spec: MissionSpec) -> str | None:
+    """Why a review decision cannot be accepted now (None when it can). For update validators."""
+    _check_spec(ledger, spec)
+    if spec.aggregation.mode != "manual-review":
+        return f"mission {ledger.mission_id} aggregates with {spec.aggregation.mode}; only manual-review missions take a review"
+    if ledger.review is not None:
+        done = ledger.review
+        return (
+            f"mission {ledger.mission_id} was already reviewed: {done.decision} by {done.operator} at "
+            f"{done.decided_at.isoformat()}; a review is recorded once"
+        )
+    if ledger.parent_state in FINAL_PARENT_STATES:
+        return f"mission {ledger.mission_id} is already {ledger.parent_state}; there is nothing left to review"
+    pending = [c.child_id for c in ledger.children if c.outcome == "pending"]
+    if pending:
+        return (
+            f"{_names(pending)} {'is' if len(pending) == 1 else 'are'} still pending; a review is accepted "
+            "once every child has settled (state awaiting-review)"
+        )
+    return None
+
+
+def apply_review(ledger: MissionLedger, spec: MissionSpec, review: ReviewDecision) -> MissionLedger:
+    """Record the operator's decision on a manual-review mission and decide the verdict.
+
+    Raises `ReviewNotAccepted` (see `review_refusal`) when the mission is not manual-review, is
+    already decided or reviewed, or still has pending children: a reviewer must see every result.
+    """
+    refusal = review_refusal(ledger, spec)
+    if refusal is not None:
+        raise ReviewNotAccepted(refusal)
+    return _commit(ledger, ledger.model_copy(update={"review": review}))
+
+
+def mark_cancel_requested(ledger: MissionLedger, child_ids: Iterable[str]) -> MissionLedger:
+    """Record that the mission asked for these children to be cancelled (so it asks once)."""
+    wanted = set(child_ids)
+    for child_id in sorted(wanted):
+        ledger.child(child_id)  # unknown ids are a wiring bug
+    children = tuple(c.model_copy(update={"cancel_requested": True}) if c.child_id in wanted else c for c in ledger.children)
+    return _commit(ledger, ledger.model_copy(update={"children": children}))
+
+
+def mark_cancelled(ledger: MissionLedger, reason: str = "mission cancelled by an operator") -> MissionLedger:
+    """The mission was cancelled. Before a verdict it ends `cancelled`; after one, the verdict stands.
+
+    Either way `cancellation` records why, and `children_to_cancel` then names every live child:
+    cancelling a mission whose verdict has settled is how its long-lived children are stopped.
+    """
+    if ledger.cancellation is not None:
+        return ledger
+    update: dict[str, Any] = {"cancellation": reason}
+    if ledger.parent_state not in FINAL_PARENT_STATES:
+        update |= {"parent_state": "cancelled", "verdict_reason": reason}
+    return _commit(ledger, ledger.model_copy(update=update))
+
+
+# --- reading ledgers -------------------------------------------------------------------------------
+
+
+def verdict(ledger: MissionLedger) -> VerdictState | None:
+    """The mission's verdict, or None while undecided (and for a mission cancelled before one)."""
+    return ledger.parent_state if ledger.parent_state in VERDICT_STATES else None  # type: ignore[return-value]
+
+
+def is_final(ledger: MissionLedger) -> bool:
+    return ledger.parent_state in FINAL_PARENT_STATES
+
+
+def live_children(ledger: MissionLedger) -> list[str]:
+    """Children that are not known to have ended (sorted): still running, starting or waiting."""
+    return sorted(c.child_id for c in ledger.children if _is_live(c))
+
+
+def children_to_cancel(ledger: MissionLedger, spec: MissionSpec) -> list[str]:
+    """Live children the mission should cancel now and has not yet asked to (sorted).
+
+    After a fail-fast failure: every live sibling. After `mark_cancelled`: every live child.
+    Otherwise none: all-pass and quorum leave the other children to finish, best-output and
+    manual-review need them all. Call `mark_cancel_requested` with what this returns once asked.
+    """
+    _check_spec(ledger, spec)
+    fail_fast = spec.aggregation.mode == "fail-fast" and ledger.parent_state == "failed"
+    if not fail_fast and ledger.cancellation is None:
+        return []
+    return [child_id for child_id in live_children(ledger) if not ledger.child(child_id).cancel_requested]
+
+
+def aggregate(ledger: MissionLedger, spec: MissionSpec) -> MissionLedger:
+    """Recompute the summary, best output and parent state of `ledger` under `spec`.
+
+    Every other function here already returns aggregated ledgers; this one is for a ledger from
+    elsewhere (a carried or loaded snapshot). Raises ValueError if the ledger is not this spec's.
+    """
+    _check_spec(ledger, spec)
+    return _commit(ledger, ledger)
+
+
+def output_score(output: str) -> int:
+    """The best-output scoring rule: the longest result wins (length in characters)."""
+    return len(output)
+
+
+# --- the verdict ----------------------------------------------------------------------------------
+
+
+def _check_spec(ledger: MissionLedger, spec: MissionSpec) -> None:
+    if ledger.mission_id != spec.mission_id:
+        raise ValueError(f"the ledger is for mission {ledger.mission_id} but the spec is for {spec.mission_id}")
+    if ledger.aggregation.mode != spec.aggregation.mode or ledger.aggregation.required_successes != _required_successes(spec):
+        raise ValueError(
+            f"the ledger of mission {ledger.mission_id} aggregates with {ledger.aggregation.mode} "
+            f"(needs {ledger.aggregation.required_successes}) but the spec says {spec.aggregation.mode}; "
+            "a mission's policy cannot change once it has a ledger"
+        )
+    if [c.child_id for c in ledger.children] != [c.child_id for c in spec.children]:
+        raise ValueError(f"the ledger of mission {ledger.mission_id} lists other children than the spec")
+
+
+def _names(ids: Sequence[str]) -> str:
+    shown = ", ".join(ids[:_NAMES_SHOWN])
+    return shown if len(ids) <= _NAMES_SHOWN else f"{shown} and {len(ids) - _NAMES_SHOWN} more"
+
+
+def _kinds(kinds: Sequence[str]) -> str:
+    return ", ".join(kinds)
+
+
+def _phrase(child: ChildLedger) -> str:
+    """What the child is doing, as part of a sentence: "child-b timed out (exit.timeout)"."""
+    cid, state = child.child_id, child.observed_state
+    suffix = f" ({child.error_code})" if child.error_code else ""
+    admission = child.admission
+    if not _dispatched(child) and admission.state in ("queued", "denied"):
+        why = f": {admission.reason}" if admission.reason else ""
+        bp = child.backpressure
+        detail = f" ({bp.reason})" if bp else ""
+        verb = "is waiting for admission" if admission.state == "queued" else "was denied admission"
+        return f"{cid} {verb}{detail}{why}"
+    if child.outcome == "failed":
+        verb = {"failed": "failed", "cancelled": "was cancelled", "timed-out": "timed out"}[state]
+        return f"{cid} {verb}{suffix}"
+    if child.outcome == "review-required":
+        if state == "unknown":
+            return f"{cid} is unknown{suffix}"
+        if state == "operator-review-required":
+            return f"{cid} needs operator review" + (f" ({child.note})" if child.note else suffix)
+        if child.missing_evidence:
+            return f"{cid} {state} without required evidence ({_kinds(child.missing_evidence)})"
+        return f"{cid} ended {state}, which does not satisfy a {child.kind}"
+    if child.outcome == "satisfied":
+        return f"{cid} is {state}"
+    if child.missing_evidence and is_satisfied(child.kind, state, child.health):
+        return f"{cid} is {state} but has not produced required evidence ({_kinds(child.missing_evidence)})"
+    if child.kind == "daemon" and state in ("healthy", "running"):
+        return f"{cid} is {state} with health {child.health or 'not reported'}"
+    return f"{cid} is {state}"
+
+
+def _phrases(children: Sequence[ChildLedger]) -> str:
+    shown = ", ".join(_phrase(c) for c in children[:_NAMES_SHOWN])
+    return shown if len(children) <= _NAMES_SHOWN else f"{shown} and {len(children) - _NAMES_SHOWN} more"
+
+
+def _best(satisfied: Sequence[ChildLedger]) -> ChosenOutput | None:
+    best: ChosenOutput | None = None
+    for child in satisfied:  # spec order: the first of equal scores wins
+        if child.output:
+            score = output_score(child.output)
+            if best is None or score > best.score:
+                best = ChosenOutput(child_id=child.child_id, output=child.output, score=score)
+    return best
+
+
+def _undecided_state(ledger: MissionLedger) -> ParentState:
+    children = ledger.children
+    if any(_dispatched(c) or c.admission.state in ("admitted", "released", "preempted") for c in children):
+        return "running"
+    if any(c.admission.state != "unknown" or c.admission.request_id is not None for c in children):
+        return "admitting"
+    return "planning"
+
+
+def _evaluate(ledger: MissionLedger) -> tuple[VerdictState | None, str, bool, ChosenOutput | None]:
+    """The verdict the children call for now (ignoring stickiness), its reason, eligibility, best output."""
+    summary = ledger.aggregation
+    mode = summary.mode
+    by = {o: [c for c in ledger.children if c.outcome == o] for o in ("satisfied", "failed", "review-required", "pending")}
+    sat, failed, review, pending = by["satisfied"], by["failed"], by["review-required"], by["pending"]
+    n = len(ledger.children)
+    waiting = f"waiting for {len(pending)} of {n} children: {_phrases(pending)}"
+    review_needed = f"{_phrases(review)}: operator review required"
+
+    if mode == "manual-review":
+        eligible = not pending and not review
+        decision = ledger.review
+        if decision is not None:
+            by_whom = f"{decision.operator} at {decision.decided_at.isoformat()}: {decision.reason}"
+            if decision.decision == "reject":
+                return "failed", f"rejected by {by_whom}", eligible, None
+            if review:
+                return (
+                    "operator-review-required",
+                    f"approved by {by_whom}; but {review_needed} (never counts as success, not even approved)",
+                    eligible,
+                    None,
+                )
+            return "completed", f"approved by {by_whom}", eligible, None
+        if pending:
+            return None, waiting, eligible, None
+        tally = f"{len(sat)} satisfied, {len(failed)} failed, {len(review)} need review"
+        note = f"; {review_needed}, so approving cannot complete it" if review else ""
+        return None, f"all {n} children settled ({tally}): awaiting an operator decision (approve or reject){note}", eligible, None
+
+    if mode == "best-output":
+        best = _best(sat)
+        eligible = not pending and not review and best is not None
+        if pending:
+            lead = f"; best so far {best.child_id} ({best.score} characters)" if best else ""
+            prefix = f"{review_needed} once the others settle; " if review else ""
+            return None, prefix + waiting + lead, eligible, best
+        if review:
+            return "operator-review-required", review_needed, eligible, best
+        if best is not None:
+            with_output = sum(1 for c in sat if c.output)
+            return (
+                "completed",
+                f"best output from {best.child_id} ({best.score} characters) among {with_output} satisfied "
+                f"{'child' if with_output == 1 else 'children'} with output",
+                eligible,
+                best,
+            )
+        silent = [c.child_id for c in sat]
+        parts = [f"{_names(silent)} satisfied without output"] if silent else []
+        if failed:
+            parts.append(_phrases(failed))
+        return "failed", f"no satisfied child produced output ({'; '.join(parts)})", eligible, None
+
+    # all-pass, fail-fast, quorum: a count of satisfied children
+    k = summary.required_successes or n
+    eligible = len(sat) >= k and not review
+    counted = f"quorum {len(sat)}/{n} (needs {k})" if mode == "quorum" else ""
+    if len(sat) + len(pending) + len(review) < k:
+        if mode == "quorum":
+            possible = len(sat) + len(pending) + len(review)
+            reason = f"{counted} unreachable: at most {possible} of {n} children can still succeed ({_phrases(failed)})"
+        elif mode == "fail-fast":
+            siblings = [c.child_id for c in ledger.children if _is_live(c)]
+            cancel = f" and cancels {_names(siblings)}" if siblings else ""
+            reason = f"{_phrases(failed)}: fail-fast stops the mission{cancel}"
+        else:
+            reason = f"{_phrases(failed)}: all-pass needs every child satisfied"
+        return "failed", reason, eligible, None
+    if eligible:
+        if mode == "quorum":
+            return "completed", f"quorum {len(sat)}/{n} met (needs {k}): {_names([c.child_id for c in sat])} satisfied", eligible, None
+        return "completed", f"all {n} children satisfied", eligible, None
+    if not pending:
+        short = f"; {counted} counts only satisfied children" if mode == "quorum" and len(sat) < k else ""
+        return "operator-review-required", review_needed + short, eligible, None
+    parts = [review_needed + " once the others settle"] if review else []
+    if mode == "quorum":
+        parts.append(counted + (f", {_phrases(failed)}" if failed else ""))
+    parts.append(waiting)
+    return None, "; ".join(parts), eligible, None
+
+
+def _settle(ledger: MissionLedger) -> MissionLedger:
+    """Recompute the live summary; move the parent state unless it is already final."""
+    outcome_of = {c.child_id: c.outcome for c in ledger.children}
+
+    def ids(outcome: str) -> tuple[str, ...]:
+        return tuple(sorted(cid for cid, o in outcome_of.items() if o == outcome))
+
+    decided, reason, eligible, best = _evaluate(ledger)
+    summary = ledger.aggregation.model_copy(
+        update={
+            "successful": ids("satisfied"),
+            "failed": ids("failed"),
+            "pending": ids("pending"),
+            "review_required": ids("review-required"),
+            "evidence_missing": tuple(
+                sorted(c.child_id for c in ledger.children if c.missing_evidence and is_satisfied(c.kind, c.observed_state, c.health))
+            ),
+            "completion_eligible": eligible,
+            "reason": reason,
+        }
+    )
+    update: dict[str, Any] = {"aggregation": summary}
+    if ledger.parent_state not in FINAL_PARENT_STATES:
+        if decided is not None:
+            update |= {"parent_state": decided, "verdict_reason": reason, "best_output": best}
+        else:
+            awaiting = summary.mode == "manual-review" and not summary.pending
+            update |= {"parent_state": "awaiting-review" if awaiting else _undecided_state(ledger), "best_output": best}
+    return ledger.model_copy(update=update)
