@@ -67,7 +67,9 @@ def make_spec(mode: str, kinds: list[WorkloadKind], minimum: int | None = None, 
             child["schedule"] = "*/5 * * * *"
         child.update(child_fields.get(child_id, {}))
         children.append(child)
-    return MissionSpec(mission_id="m-1", orchestrator_id="orch-1", goal="test", aggregation=aggregation, children=children)
+    return MissionSpec(
+        mission_id="m-1", orchestrator_id="orch-1", goal="test", aggregation=aggregation, children=children
+    )
 
 
 def observation(
@@ -107,7 +109,8 @@ def run_scenario(
             continue
         kind, observed, health = state
         output = outputs[index] if outputs else None
-        ledger = apply_observation(ledger, spec, observation(IDS[index], 1, observed, kind, health=health, output=output))
+        obs = observation(IDS[index], 1, observed, kind, health=health, output=output)
+        ledger = apply_observation(ledger, spec, obs)
     return spec, ledger
 
 
@@ -319,7 +322,9 @@ def test_best_output_reasons() -> None:
     done = run_scenario("best-output", [OK, OK], outputs=["abc", "abcdef"])[1]
     assert done.aggregation.reason == "best output from child-b (6 characters) among 2 satisfied children with output"
     none = run_scenario("best-output", [OK, FAILED], outputs=[None, "x"])[1]
-    assert none.aggregation.reason == "no satisfied child produced output (child-a satisfied without output; child-b failed)"
+    assert none.aggregation.reason == (
+        "no satisfied child produced output (child-a satisfied without output; child-b failed)"
+    )
     waiting = run_scenario("best-output", [OK, RUNNING], outputs=["abc", None])[1]
     assert waiting.aggregation.reason == (
         "waiting for 1 of 2 children: child-b is running; best so far child-a (3 characters)"
@@ -329,7 +334,8 @@ def test_best_output_reasons() -> None:
 def test_best_output_is_fixed_with_the_verdict() -> None:
     spec, ledger = run_scenario("best-output", [OK, DAEMON_UP], outputs=["first", None])
     assert ledger.parent_state == "completed" and ledger.best_output.child_id == "child-a"
-    later = apply_observation(ledger, spec, observation("child-b", 2, "running", "daemon", health="healthy", output="x" * 50))
+    louder = observation("child-b", 2, "running", "daemon", health="healthy", output="x" * 50)
+    later = apply_observation(ledger, spec, louder)
     assert later.best_output == ledger.best_output
 
 
@@ -337,7 +343,8 @@ def test_best_output_is_fixed_with_the_verdict() -> None:
 
 
 def test_fail_fast_first_failure_fails_and_cancels_live_siblings() -> None:
-    spec = make_spec("fail-fast", ["one-shot-command", "one-shot-command", "daemon", "one-shot-command", "one-shot-command"])
+    one_shot = "one-shot-command"
+    spec = make_spec("fail-fast", [one_shot, one_shot, "daemon", one_shot, one_shot])
     ledger = initial_ledger(spec)
     ledger = apply_observation(ledger, spec, observation("child-a", 1, "running"))
     ledger = apply_observation(ledger, spec, observation("child-c", 1, "running", "daemon", health="healthy"))
@@ -413,7 +420,8 @@ def test_manual_review_waits_for_every_child_then_for_the_operator() -> None:
     ledger = apply_observation(ledger, spec, observation("child-b", 2, "failed"))
     assert ledger.parent_state == "awaiting-review" and not is_final(ledger)
     assert ledger.aggregation.reason == (
-        "all 2 children settled (1 satisfied, 1 failed, 0 need review): awaiting an operator decision (approve or reject)"
+        "all 2 children settled (1 satisfied, 1 failed, 0 need review): "
+        "awaiting an operator decision (approve or reject)"
     )
     assert review_refusal(ledger, spec) is None
 
@@ -548,7 +556,8 @@ def test_missing_required_evidence_fails_closed() -> None:
     ledger = apply_observation(ledger, spec, observation("child-a", 3, "succeeded", artifacts=["result", "log"]))
     ledger = apply_observation(ledger, spec, observation("child-b", 1, "running", "daemon", health="healthy"))
     a, b = ledger.child("child-a"), ledger.child("child-b")
-    assert (a.satisfied, a.evidence_complete, a.missing_evidence, a.outcome) == (False, False, ("verifier",), "review-required")
+    assert (a.satisfied, a.evidence_complete, a.missing_evidence) == (False, False, ("verifier",))
+    assert a.outcome == "review-required"
     # Still running: its evidence may still come, so it is pending, not a reason to stop.
     assert (b.satisfied, b.missing_evidence, b.outcome) == (False, ("log",), "pending")
     assert ledger.aggregation.evidence_missing == ("child-a", "child-b")
@@ -557,7 +566,8 @@ def test_missing_required_evidence_fails_closed() -> None:
         "child-a succeeded without required evidence (verifier): operator review required once the others settle; "
         "waiting for 1 of 2 children: child-b is running but has not produced required evidence (log)"
     )
-    ledger = apply_observation(ledger, spec, observation("child-b", 2, "running", "daemon", health="healthy", artifacts=["log"]))
+    with_log = observation("child-b", 2, "running", "daemon", health="healthy", artifacts=["log"])
+    ledger = apply_observation(ledger, spec, with_log)
     assert ledger.child("child-b").satisfied and ledger.aggregation.evidence_missing == ("child-a",)
     assert ledger.parent_state == "operator-review-required"
     assert ledger.verdict_reason == "child-a succeeded without required evidence (verifier): operator review required"
@@ -571,7 +581,9 @@ def test_complete_evidence_satisfies() -> None:
     assert ledger.child("child-a").evidence_complete and ledger.parent_state == "completed"
 
 
-@pytest.mark.parametrize("mode, minimum", [("all-pass", None), ("quorum", 1), ("best-output", None), ("fail-fast", None)])
+@pytest.mark.parametrize(
+    "mode, minimum", [("all-pass", None), ("quorum", 1), ("best-output", None), ("fail-fast", None)]
+)
 @pytest.mark.parametrize("state", [UNKNOWN, REVIEW])
 def test_unknown_and_review_states_fail_closed_in_every_mode(mode, minimum, state) -> None:
     spec, ledger = run_scenario(mode, [state, OK], minimum=minimum, outputs=["also fine, and longer", "fine"])
@@ -602,7 +614,9 @@ def test_waiting_for_admission_shows_blocked_with_capacity_backpressure() -> Non
     ledger = initial_ledger(spec)
     assert ledger.parent_state == "planning"
     assert ledger.child("child-a").admission == ChildAdmission(request_id=None, state="unknown", lease_revision=0)
-    queued = ChildAdmission(request_id="m-1:child-a", state="queued", revision=1, reason="waiting on environment quota prod 1/1")
+    queued = ChildAdmission(
+        request_id="m-1:child-a", state="queued", revision=1, reason="waiting on environment quota prod 1/1"
+    )
     ledger = apply_admission(ledger, "child-a", queued)
     child = ledger.child("child-a")
     assert child.observed_state == "blocked"
@@ -612,7 +626,8 @@ def test_waiting_for_admission_shows_blocked_with_capacity_backpressure() -> Non
         "waiting for 2 of 2 children: child-a is waiting for admission (capacity): waiting on environment quota "
         "prod 1/1, child-b is pending"
     )
-    admitted = apply_admission(ledger, "child-a", ChildAdmission(request_id="m-1:child-a", state="admitted", lease_revision=1, revision=2))
+    decision = ChildAdmission(request_id="m-1:child-a", state="admitted", lease_revision=1, revision=2)
+    admitted = apply_admission(ledger, "child-a", decision)
     assert admitted.child("child-a").observed_state == "admitted" and admitted.child("child-a").backpressure is None
     assert admitted.parent_state == "running"
     assert admitted.child("child-a").admission.lease_revision == 1
@@ -623,7 +638,8 @@ def test_waiting_for_admission_shows_blocked_with_capacity_backpressure() -> Non
 def test_denied_admission_is_blocked_by_policy_and_fails_the_child() -> None:
     spec = make_spec("all-pass", ["one-shot-command", "one-shot-command"])
     decision = ChildAdmission(request_id="m-1:child-b", state="denied", reason="environment quota prod is 0")
-    ledger = apply_admission(initial_ledger(spec), "child-b", decision, AdmissionBackpressure(reason="policy", retryable=False))
+    pressure = AdmissionBackpressure(reason="policy", retryable=False)  # what AdmissionDecision.backpressure gives
+    ledger = apply_admission(initial_ledger(spec), "child-b", decision, pressure)
     child = ledger.child("child-b")
     assert (child.observed_state, child.backpressure) == ("blocked", Backpressure(reason="policy", retryable=False))
     assert child.outcome == "failed" and ledger.parent_state == "failed"
@@ -633,7 +649,9 @@ def test_denied_admission_is_blocked_by_policy_and_fails_the_child() -> None:
     assert live_children(ledger) == ["child-a"]
 
 
-@pytest.mark.parametrize("state, shown", [("timed-out", "timed-out"), ("cancelled", "cancelled"), ("preempted", "cancelled")])
+@pytest.mark.parametrize(
+    "state, shown", [("timed-out", "timed-out"), ("cancelled", "cancelled"), ("preempted", "cancelled")]
+)
 def test_admission_that_ends_before_dispatch_ends_the_child(state, shown) -> None:
     spec = make_spec("quorum", ["one-shot-command", "one-shot-command"], minimum=1)
     ledger = apply_admission(initial_ledger(spec), "child-a", ChildAdmission(request_id="r-a", state=state))
@@ -688,11 +706,13 @@ def test_observations_that_cannot_belong_to_the_mission_are_refused() -> None:
 def test_ledger_json_has_the_documented_fields() -> None:
     _, ledger = run_scenario("all-pass", [OK, RUNNING])
     data = ledger.model_dump(mode="json")
-    assert {"mission_id", "parent_state", "aggregation", "children", "best_output", "review", "snapshot_seq"} <= set(data)
+    top = {"mission_id", "parent_state", "aggregation", "children", "best_output", "review", "snapshot_seq"}
+    assert top <= set(data)
     assert {"mode", "successful", "failed", "pending", "review_required", "evidence_missing", "completion_eligible",
             "reason"} <= set(data["aggregation"])  # fmt: skip
     assert {"child_id", "kind", "lineage", "observed_state", "revision", "health", "backpressure", "artifacts",
-            "stale_event_revisions", "evidence_complete", "satisfied", "output", "admission"} <= set(data["children"][0])  # fmt: skip
+            "stale_event_revisions", "evidence_complete", "satisfied", "output",
+            "admission"} <= set(data["children"][0])  # fmt: skip
     assert set(data["children"][0]["admission"]) >= {"request_id", "state", "lease_revision"}
 
 
@@ -740,7 +760,9 @@ def child_histories(draw: st.DrawFn) -> tuple[str, list[ChildObservation]]:
 
 @settings(max_examples=300, deadline=None)
 @given(child_histories())
-def test_any_arrival_order_ends_in_the_state_of_the_highest_revision(history: tuple[str, list[ChildObservation]]) -> None:
+def test_any_arrival_order_ends_in_the_state_of_the_highest_revision(
+    history: tuple[str, list[ChildObservation]],
+) -> None:
     kind, arrived = history
     spec = make_spec("all-pass", [kind], **{"child-a": {"required_evidence": ["result"]}})  # type: ignore[list-item]
 
@@ -755,6 +777,8 @@ def test_any_arrival_order_ends_in_the_state_of_the_highest_revision(history: tu
     assert shuffled.child("child-a").model_copy(update={"stale_event_revisions": ()}) == ordered.child("child-a")
     assert ordered.child("child-a").stale_event_revisions == ()
     # What was recorded as stale is exactly what arrived after a higher revision had been applied.
-    late = {obs.revision for i, obs in enumerate(arrived) if any(prior.revision > obs.revision for prior in arrived[:i])}
+    late = {
+        obs.revision for i, obs in enumerate(arrived) if any(prior.revision > obs.revision for prior in arrived[:i])
+    }
     assert set(shuffled.child("child-a").stale_event_revisions) == late
     assert shuffled.aggregation.model_dump(exclude={"reason"}) == ordered.aggregation.model_dump(exclude={"reason"})

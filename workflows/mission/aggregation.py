@@ -105,6 +105,8 @@ _ADMISSION_ENDED = frozenset({"denied", "timed-out", "cancelled", "preempted", "
 _OBSERVED_FIELDS = (
     "lineage", "observed_state", "health", "backpressure", "exit_classification", "error_code", "note", "output",
 )  # fmt: skip
+_WAITING_FOR_CAPACITY = Backpressure(reason="capacity", retryable=True)
+_DENIED_BY_POLICY = Backpressure(reason="policy", retryable=False)
 _NAMES_SHOWN = 5  # ids named in a reason before "and N more": reasons stay short for 1,000 children
 
 
@@ -192,7 +194,9 @@ def _required_successes(spec: MissionSpec) -> int | None:
 def initial_ledger(spec: MissionSpec) -> MissionLedger:
     """Every child pending and not yet submitted for admission; parent `planning`; snapshot 0."""
     children = tuple(
-        _refresh(ChildLedger(child_id=c.child_id, kind=c.kind, required_evidence=tuple(dict.fromkeys(c.required_evidence))))
+        _refresh(
+            ChildLedger(child_id=c.child_id, kind=c.kind, required_evidence=tuple(dict.fromkeys(c.required_evidence)))
+        )
         for c in spec.children
     )
     ledger = MissionLedger(
@@ -218,9 +222,8 @@ def _commit(before: MissionLedger, after: MissionLedger) -> MissionLedger:
 
 
 def _same_content(child: ChildLedger, obs: ChildObservation) -> bool:
-    return all(getattr(child, name) == getattr(obs, name) for name in _OBSERVED_FIELDS) and child.artifacts == tuple(
-        obs.artifacts
-    )
+    same_fields = all(getattr(child, name) == getattr(obs, name) for name in _OBSERVED_FIELDS)
+    return same_fields and child.artifacts == tuple(obs.artifacts)
 
 
 def apply_observation(ledger: MissionLedger, spec: MissionSpec, obs: ChildObservation) -> MissionLedger:
@@ -288,9 +291,9 @@ def apply_admission(
     if not _dispatched(child):
         shown = _contract_backpressure(backpressure)
         if admission.state == "queued":
-            update |= {"observed_state": "blocked", "backpressure": shown or Backpressure(reason="capacity", retryable=True)}
+            update |= {"observed_state": "blocked", "backpressure": shown or _WAITING_FOR_CAPACITY}
         elif admission.state == "denied":
-            update |= {"observed_state": "blocked", "backpressure": shown or Backpressure(reason="policy", retryable=False)}
+            update |= {"observed_state": "blocked", "backpressure": shown or _DENIED_BY_POLICY}
         elif admission.state == "admitted":
             update |= {"observed_state": "admitted", "backpressure": None}
         elif admission.state == "timed-out":
@@ -304,7 +307,10 @@ def review_refusal(ledger: MissionLedger, spec: MissionSpec) -> str | None:
     """Why a review decision cannot be accepted now (None when it can). For update validators."""
     _check_spec(ledger, spec)
     if spec.aggregation.mode != "manual-review":
-        return f"mission {ledger.mission_id} aggregates with {spec.aggregation.mode}; only manual-review missions take a review"
+        return (
+            f"mission {ledger.mission_id} aggregates with {spec.aggregation.mode}; "
+            "only manual-review missions take a review"
+        )
     if ledger.review is not None:
         done = ledger.review
         return (
@@ -339,7 +345,9 @@ def mark_cancel_requested(ledger: MissionLedger, child_ids: Iterable[str]) -> Mi
     wanted = set(child_ids)
     for child_id in sorted(wanted):
         ledger.child(child_id)  # unknown ids are a wiring bug
-    children = tuple(c.model_copy(update={"cancel_requested": True}) if c.child_id in wanted else c for c in ledger.children)
+    children = tuple(
+        c.model_copy(update={"cancel_requested": True}) if c.child_id in wanted else c for c in ledger.children
+    )
     return _commit(ledger, ledger.model_copy(update={"children": children}))
 
 
@@ -385,7 +393,7 @@ def children_to_cancel(ledger: MissionLedger, spec: MissionSpec) -> list[str]:
     fail_fast = spec.aggregation.mode == "fail-fast" and ledger.parent_state == "failed"
     if not fail_fast and ledger.cancellation is None:
         return []
-    return [child_id for child_id in live_children(ledger) if not ledger.child(child_id).cancel_requested]
+    return sorted(c.child_id for c in ledger.children if _is_live(c) and not c.cancel_requested)
 
 
 def aggregate(ledger: MissionLedger, spec: MissionSpec) -> MissionLedger:
@@ -409,7 +417,8 @@ def output_score(output: str) -> int:
 def _check_spec(ledger: MissionLedger, spec: MissionSpec) -> None:
     if ledger.mission_id != spec.mission_id:
         raise ValueError(f"the ledger is for mission {ledger.mission_id} but the spec is for {spec.mission_id}")
-    if ledger.aggregation.mode != spec.aggregation.mode or ledger.aggregation.required_successes != _required_successes(spec):
+    policy = (spec.aggregation.mode, _required_successes(spec))
+    if (ledger.aggregation.mode, ledger.aggregation.required_successes) != policy:
         raise ValueError(
             f"the ledger of mission {ledger.mission_id} aggregates with {ledger.aggregation.mode} "
             f"(needs {ledger.aggregation.required_successes}) but the spec says {spec.aggregation.mode}; "
@@ -487,8 +496,10 @@ def _evaluate(ledger: MissionLedger) -> tuple[VerdictState | None, str, bool, Ch
     """The verdict the children call for now (ignoring stickiness), its reason, eligibility, best output."""
     summary = ledger.aggregation
     mode = summary.mode
-    by = {o: [c for c in ledger.children if c.outcome == o] for o in ("satisfied", "failed", "review-required", "pending")}
-    sat, failed, review, pending = by["satisfied"], by["failed"], by["review-required"], by["pending"]
+    sat, failed, review, pending = (
+        [c for c in ledger.children if c.outcome == outcome]
+        for outcome in ("satisfied", "failed", "review-required", "pending")
+    )
     n = len(ledger.children)
     waiting = f"waiting for {len(pending)} of {n} children: {_phrases(pending)}"
     review_needed = f"{_phrases(review)}: operator review required"
@@ -512,7 +523,8 @@ def _evaluate(ledger: MissionLedger) -> tuple[VerdictState | None, str, bool, Ch
             return None, waiting, eligible, None
         tally = f"{len(sat)} satisfied, {len(failed)} failed, {len(review)} need review"
         note = f"; {review_needed}, so approving cannot complete it" if review else ""
-        return None, f"all {n} children settled ({tally}): awaiting an operator decision (approve or reject){note}", eligible, None
+        awaiting = f"all {n} children settled ({tally}): awaiting an operator decision (approve or reject){note}"
+        return None, awaiting, eligible, None
 
     if mode == "best-output":
         best = _best(sat)
@@ -555,7 +567,8 @@ def _evaluate(ledger: MissionLedger) -> tuple[VerdictState | None, str, bool, Ch
         return "failed", reason, eligible, None
     if eligible:
         if mode == "quorum":
-            return "completed", f"quorum {len(sat)}/{n} met (needs {k}): {_names([c.child_id for c in sat])} satisfied", eligible, None
+            met = f"quorum {len(sat)}/{n} met (needs {k}): {_names([c.child_id for c in sat])} satisfied"
+            return "completed", met, eligible, None
         return "completed", f"all {n} children satisfied", eligible, None
     if not pending:
         short = f"; {counted} counts only satisfied children" if mode == "quorum" and len(sat) < k else ""
@@ -582,7 +595,11 @@ def _settle(ledger: MissionLedger) -> MissionLedger:
             "pending": ids("pending"),
             "review_required": ids("review-required"),
             "evidence_missing": tuple(
-                sorted(c.child_id for c in ledger.children if c.missing_evidence and is_satisfied(c.kind, c.observed_state, c.health))
+                sorted(
+                    c.child_id
+                    for c in ledger.children
+                    if c.missing_evidence and is_satisfied(c.kind, c.observed_state, c.health)
+                )
             ),
             "completion_eligible": eligible,
             "reason": reason,
