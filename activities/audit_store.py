@@ -61,7 +61,7 @@ class AuditStore:
             query += " AND request_id = ?"
             params.append(request_id)
         with self._connect() as db:
-            rows = db.execute(query + " ORDER BY rowid", params).fetchall()
+            rows = db.execute(query + " ORDER BY chain, seq", params).fetchall()
         return [AuditEvent.model_validate(json.loads(row[0])) for row in rows]
 
 

@@ -16,9 +16,9 @@ from worker.process import exit_now, temporal_core_loaded
 
 CONTRACT_DIR = Path(__file__).resolve().parents[2] / "shared" / "contract" / "fleet-workload-v1"
 
-# Lowered so the dev-server tests can force continue-as-new with a few hundred events.
+# Lowered so the dev-server tests see continue-as-new suggested after a hundred events.
 DEV_SERVER_DYNAMIC_CONFIG = {
-    "limit.historyCount.suggestContinueAsNew": 200,
+    "limit.historyCount.suggestContinueAsNew": 100,
 }
 
 

@@ -16,7 +16,9 @@ from workflows.workload.workflow import WorkloadWorkflow
 WORKFLOWS = [AdmissionWorkflow, AdmissionProbeWorkflow, WorkloadWorkflow]
 
 
-def build_worker(client: Client, config: WorkerConfig, **worker_options: object) -> Worker:
+def build_worker(
+    client: Client, config: WorkerConfig, *, extra_workflows: list[type] = (), **worker_options: object
+) -> Worker:
     admission = AdmissionActivities(client, config.task_queue, config.policy_for)
     audit = AuditActivities(AuditStore(config.audit_db))
     # Tokens come from the worker's environment (activities.credentials), never from workflows.
@@ -24,7 +26,7 @@ def build_worker(client: Client, config: WorkerConfig, **worker_options: object)
     return Worker(
         client,
         task_queue=config.task_queue,
-        workflows=WORKFLOWS,
+        workflows=[*WORKFLOWS, *extra_workflows],
         activities=[admission.submit_admission_batch, audit.export_audit_events, *fleet.activities()],
         **worker_options,  # type: ignore[arg-type]
     )

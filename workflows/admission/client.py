@@ -13,7 +13,7 @@ worker was down past the TTL therefore never dispatches on a stale lease.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from datetime import timedelta
 
 from temporalio import workflow
@@ -101,11 +101,11 @@ class AdmissionClient:
             return False
         return True
 
-    async def wait_for_change(self, timeout: timedelta | None = None) -> None:
-        """Return when a decision arrives (or on timeout): lets callers react to preemption."""
+    async def wait_for_change(self, timeout: timedelta | None = None, or_when: Callable[[], bool] | None = None) -> None:
+        """Return when a decision arrives, `or_when` holds, or on timeout: lets callers react to preemption."""
         seen = self._version
         try:
-            await workflow.wait_condition(lambda: self._version != seen, timeout=timeout)
+            await workflow.wait_condition(lambda: self._version != seen or bool(or_when and or_when()), timeout=timeout)
         except asyncio.TimeoutError:
             pass
 

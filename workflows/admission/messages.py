@@ -113,6 +113,7 @@ class CarriedState(_Message):
     engine: str  # workflows.admission.codec
     requesters: dict[str, str]  # request_id -> requester workflow id
     inbox: list["InboxItem"]
+    gone_requesters: list[str] = Field(default_factory=list)
     recent_audit: list[AuditEvent]
     audit_chain: str  # first run id of the chain: keys the audit store across continue-as-new
 

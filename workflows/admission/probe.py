@@ -53,6 +53,14 @@ class ProbeResult(BaseModel):
 
 @workflow.defn(name="AdmissionProbeWorkflow")
 class AdmissionProbeWorkflow:
+    def __init__(self) -> None:
+        self._finish = False
+
+    @workflow.signal
+    def finish(self) -> None:
+        """Stop holding now: give everything back and return."""
+        self._finish = True
+
     @workflow.run
     async def run(self, input: ProbeInput) -> ProbeResult:
         admission = AdmissionClient(input.host_group)
@@ -67,8 +75,8 @@ class AdmissionProbeWorkflow:
 
         renewals = asyncio.ensure_future(admission.keep_leases_alive()) if input.renew else None
         deadline = workflow.now() + timedelta(seconds=input.hold_seconds)
-        while admission.held() and workflow.now() < deadline:
-            await admission.wait_for_change(timeout=deadline - workflow.now())
+        while admission.held() and not self._finish and workflow.now() < deadline:
+            await admission.wait_for_change(timeout=deadline - workflow.now(), or_when=lambda: self._finish)
         await admission.give_back_everything()
         if renewals is not None:
             await renewals

@@ -75,7 +75,7 @@ class AdmissionWorkflow:
             self._recent = deque(carried.recent_audit, maxlen=input.recent_audit_events)
             self._audit_chain = carried.audit_chain
         self._pending: set[asyncio.Task[None]] = set()
-        self._gone_requesters: set[str] = set()
+        self._gone_requesters: set[str] = set(carried.gone_requesters) if carried else set()
 
     # --- signals: append only; the main loop decides ---------------------------------------
 
@@ -163,9 +163,10 @@ class AdmissionWorkflow:
             await self._wait_for_work()
             self._decide()
             if self._should_continue_as_new():
+                # Outbound signals and audit exports must finish in this run; whatever arrives
+                # meanwhile (signals, requesters found gone) is carried, not decided here, so a
+                # steady burst cannot postpone continue-as-new forever.
                 await self._settle_outbound()
-                if self._gone_requesters or self._inbox:
-                    continue  # decide what the settled sends taught us before carrying state
                 await workflow.wait_condition(workflow.all_handlers_finished)
                 workflow.continue_as_new(self._carry())
 
@@ -275,7 +276,9 @@ class AdmissionWorkflow:
                 rec = state.records.get(request_id)
                 error = errors.get((requester, request_id))
                 error_code = error.error.code if error is not None and error.error is not None else None
-                if rec is None:
+                if rec is None or self._requesters.get(request_id) != requester:
+                    # Only the owner learns a record's state; anyone else (an identity
+                    # collision, say) must never mistake someone else's lease for its own.
                     decisions.append(AdmissionDecision(
                         request_id=request_id, state="unknown", error_code=error_code,
                         reason=error.error.message if error is not None and error.error is not None else "no such request",
@@ -343,6 +346,7 @@ class AdmissionWorkflow:
                 engine=codec.encode(self._state),
                 requesters={rid: who for rid, who in self._requesters.items() if rid in records},
                 inbox=self._inbox,
+                gone_requesters=sorted(self._gone_requesters),
                 recent_audit=list(self._recent),
                 audit_chain=self._audit_chain,
             ),

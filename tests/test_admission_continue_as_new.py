@@ -1,0 +1,96 @@
+"""Continue-as-new under a burst of signals, on the real dev server (suggestion threshold lowered)."""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+from datetime import datetime, timedelta, timezone
+
+from temporalio.client import Client
+
+from activities.admission import signal_with_start_admission
+from tests.admission_harness import admission_harness
+from tests.decision_sink import DecisionSinkWorkflow
+from workflows.admission import engine
+from workflows.admission.messages import AdmissionDecision, CancelBatch, LeaseRow, QueueRow, SubmitBatch
+from workflows.admission.model import AdmissionPolicy, AdmissionRequest, Cancel, Submit
+
+
+async def test_burst_across_several_continue_as_new_rounds_loses_and_repeats_nothing(dev_client: Client, tmp_path):
+    # Long TTL and aging so that workflow time cannot change any decision: the outcome is a
+    # pure function of the order of operations, which the engine can recompute offline.
+    policy = AdmissionPolicy(
+        max_concurrent=40, environment_quotas={"prod": 10}, lease_ttl_seconds=86_400, aging_interval_seconds=86_400,
+    )
+    rng = random.Random(7)
+    base = datetime.now(timezone.utc)  # workflow time on the dev server is real time
+    requests = [
+        AdmissionRequest(
+            request_id=f"req-{i:04d}", orchestrator_id="burst", environment=rng.choice(["prod", "dev", "dev"]),
+            provider="local", runtime_kind="container", priority=rng.randrange(5),
+            submitted_at=base + timedelta(seconds=i), queue_timeout_seconds=86_400,
+        )
+        for i in range(300)
+    ]
+    cancelled = {f"req-{index - 16:04d}" for index in range(300) if index % 17 == 16}
+
+    async with admission_harness(dev_client, tmp_path, policy, workflows_extra=[DecisionSinkWorkflow]) as h:
+        sink = await dev_client.start_workflow(
+            DecisionSinkWorkflow.run, id=f"sink-{h.host_group}", task_queue=h.config.task_queue,
+        )
+        h.started.append(sink)
+        operations = []
+        for index, request in enumerate(requests):
+            await signal_with_start_admission(
+                dev_client, h.config.task_queue, h.host_group, policy, "submit",
+                SubmitBatch(requester=sink.id, requests=[request]), max_history_events=400,
+            )
+            operations.append(Submit(request=request))
+            if index % 17 == 16:  # cancel an earlier one mid-burst
+                victim = f"req-{index - 16:04d}"
+                assert victim in cancelled
+                await h.admission.signal("cancel", CancelBatch(requester=sink.id, request_ids=[victim]))
+                operations.append(Cancel(request_id=victim))
+
+        async def settled() -> dict[str, AdmissionDecision] | None:
+            decisions = await sink.query(DecisionSinkWorkflow.decisions)
+            return decisions if len(decisions) == len(requests) and not any(
+                d.request_id in cancelled and d.state != "cancelled" for d in decisions.values()
+            ) else None
+
+        decisions = await h.eventually(settled, "every request decided", within=120)
+
+        # Several runs happened: the chain continued-as-new while signals kept arriving.
+        runs = 0
+        async for execution in dev_client.list_workflows(f"WorkflowId = '{h.admission.id}'"):
+            runs += 1
+        assert runs >= 3, f"expected several continue-as-new rounds, saw {runs} runs"
+
+        # The same operations through the engine offline give the same leases and queue.
+        state = engine.new_state(policy)
+        for operation in operations:
+            state, _, _ = engine.apply(state, operation, base + timedelta(hours=1))
+        expected_leases = sorted(state.admitted)
+        expected_queue = [rec.request_id for rec in engine.queued_in_order(state)]
+        leases = await h.admission.query("leases", result_type=list[LeaseRow])
+        queue = await h.admission.query("queue", result_type=list[QueueRow])
+        assert sorted(row.request_id for row in leases) == expected_leases
+        assert [row.request_id for row in queue] == expected_queue
+        assert {rid for rid, d in decisions.items() if d.state == "admitted"} == set(expected_leases)
+
+        # Every request was queued exactly once, admitted at most once, and no audit event repeats.
+        events = await h.eventually(lambda: _full_audit(h, len(requests)), "audit export", within=60)
+        queued = Counter(e.request_id for e in events if e.type == "queued")
+        admitted = Counter(e.request_id for e in events if e.type == "admitted")
+        assert set(queued.values()) == {1} and len(queued) == len(requests)
+        assert set(admitted.values()) <= {1}
+        assert [e.seq for e in events] == list(range(1, len(events) + 1))
+
+
+async def _full_audit(h, expected_requests: int):
+    from activities.audit_store import AuditStore
+
+    events = AuditStore(h.config.audit_db).events(h.host_group)
+    queued = {e.request_id for e in events if e.type == "queued"}
+    contiguous = [e.seq for e in events] == list(range(1, len(events) + 1))
+    return events if len(queued) == expected_requests and contiguous else None
