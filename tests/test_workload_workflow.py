@@ -1,0 +1,330 @@
+"""WorkloadWorkflow on the real Temporal dev server against a real local substrate.
+
+Real time throughout: the substrate runs real processes, and the watch activity's heartbeat
+timeout must mean what it says.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import re
+import socket
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import pytest
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.testing import WorkflowEnvironment
+from temporalio.worker import Replayer, Worker
+
+from activities.fleet import FleetActivities
+from substrate.server import RunningSubstrate, serve_in_thread
+from tests.substrate_fixtures import (  # noqa: F401
+    TOKENS,
+    fleet_activities,
+    substrate,
+    substrate_config,
+    substrate_tasks,
+)
+from tests.substrate_support import EXECUTOR_TOKEN, FLEET_TOKEN, process_gone, read_pid
+from tests.workload_parent import ParentInput, ParentOutcome, WorkloadParentProbe
+from worker.config import WorkerConfig
+from worker.worker import build_worker
+from workflows.mission.spec import ChildSpec
+from workflows.workload.messages import WorkloadInput, WorkloadResult
+from workflows.workload.workflow import WorkloadWorkflow
+
+pytestmark = pytest.mark.timeout(90)
+
+
+def workload(child: ChildSpec, *, mission: str | None = None, target: str = "local-1", **options: object) -> WorkloadInput:
+    return WorkloadInput(
+        mission_id=mission or f"mission-{uuid.uuid4().hex[:8]}",
+        orchestrator_id="conductor-test",
+        child=child,
+        target_id=target,
+        executor_id=f"local-executor-{target.rsplit('-', 1)[-1]}",
+        poll_interval_seconds=0.1,
+        **options,  # type: ignore[arg-type]
+    )
+
+
+def child(prompt: str, kind: str = "one-shot-command", **options: object) -> ChildSpec:
+    return ChildSpec(child_id=f"child-{uuid.uuid4().hex[:10]}", kind=kind, prompt=prompt, **options)  # type: ignore[arg-type]
+
+
+@asynccontextmanager
+async def workload_worker(client: Client, fleet: FleetActivities) -> AsyncIterator[str]:
+    task_queue = f"workload-{uuid.uuid4().hex[:8]}"
+    async with Worker(
+        client,
+        task_queue=task_queue,
+        workflows=[WorkloadWorkflow, WorkloadParentProbe],
+        activities=fleet.activities(),
+        # A bug in workflow code fails the test at once instead of retrying the task forever.
+        workflow_failure_exception_types=[Exception],
+    ):
+        yield task_queue
+
+
+async def start(client: Client, task_queue: str, input: WorkloadInput, workflow_id: str | None = None) -> WorkflowHandle:
+    return await client.start_workflow(
+        "WorkloadWorkflow",
+        input,
+        id=workflow_id or f"workload:{input.mission_id}:{input.child.child_id}",
+        task_queue=task_queue,
+        result_type=WorkloadResult,
+    )
+
+
+async def start_parent(client: Client, task_queue: str, input: WorkloadInput) -> tuple[WorkflowHandle, str]:
+    child_id = f"workload:{input.mission_id}:{input.child.child_id}"
+    handle = await client.start_workflow(
+        WorkloadParentProbe.run,
+        ParentInput(child_workflow_id=child_id, workload=input),
+        id=f"parent:{input.mission_id}",
+        task_queue=task_queue,
+    )
+    return handle, child_id
+
+
+async def history_text(handle: WorkflowHandle) -> str:
+    """The history as JSON plus every payload decoded (payloads are base64 in the JSON)."""
+    text = (await handle.fetch_history()).to_json()
+    decoded = [base64.b64decode(data).decode("utf-8", "replace") for data in re.findall(r'"data":\s*"([A-Za-z0-9+/=]+)"', text)]
+    return "\n".join([text, *decoded])
+
+
+async def scheduled_activities(handle: WorkflowHandle):
+    history = await handle.fetch_history()
+    return [
+        event.activity_task_scheduled_event_attributes
+        for event in history.events
+        if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
+    ]
+
+
+async def activity_types(handle: WorkflowHandle) -> list[str]:
+    return [attributes.activity_type.name for attributes in await scheduled_activities(handle)]
+
+
+async def assert_replays(*handles: WorkflowHandle) -> None:
+    """The workflow code still produces exactly these histories (determinism)."""
+    replayer = Replayer(workflows=[WorkloadWorkflow, WorkloadParentProbe], data_converter=pydantic_data_converter)
+    for handle in handles:
+        await replayer.replay_workflow(await handle.fetch_history())
+
+
+async def eventually(check, timeout: float = 20.0, interval: float = 0.1):
+    deadline = asyncio.get_running_loop().time() + timeout
+    while True:
+        value = await check()
+        if value:
+            return value
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError("condition not reached in time")
+        await asyncio.sleep(interval)
+
+
+async def test_one_shot_echo_succeeds_and_the_parent_sees_every_revision_in_order(
+    dev_env: WorkflowEnvironment, fleet_activities: FleetActivities
+):
+    client = dev_env.client
+    async with workload_worker(client, fleet_activities) as task_queue:
+        input = workload(child("echo hello", required_evidence=["result"]))
+        parent, child_workflow_id = await start_parent(client, task_queue, input)
+        outcome: ParentOutcome = await parent.result()
+
+    result = outcome.result
+    assert result is not None and result.verdict == "satisfied" and result.missing_evidence == []
+    final = result.observation
+    assert final.observed_state == "succeeded" and final.exit_classification == "success"
+    assert final.output == "hello\n"
+    assert "result" in {artifact.kind for artifact in final.artifacts}
+    assert final.lineage is not None and final.lineage.task_id == result.task_id
+    assert final.lineage.dispatch_id == f"{input.mission_id}:{input.child.child_id}:dispatch"
+    revisions = [o.revision for o in outcome.observations]
+    assert revisions == sorted(set(revisions)) and revisions[0] == 1 and len(revisions) >= 2
+    assert [o.observed_state for o in outcome.observations][0] == "admitted"
+    assert outcome.observations[-1] == final
+
+    await assert_replays(parent, client.get_workflow_handle(child_workflow_id))
+    # Tokens never reach a history; the decoded payloads are searched (the prompt proves they are).
+    for handle in (parent, client.get_workflow_handle(child_workflow_id)):
+        text = await history_text(handle)
+        assert "echo hello" in text
+        for token in TOKENS:
+            assert token not in text
+
+
+async def test_a_failing_command_ends_failed_through_the_worker_built_from_the_environment(
+    dev_env: WorkflowEnvironment, substrate: RunningSubstrate, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    monkeypatch.setenv("CONDUCTOR_SUBSTRATE_URL", substrate.base_url)
+    monkeypatch.setenv("CONDUCTOR_FLEET_TOKEN", FLEET_TOKEN)
+    monkeypatch.setenv("CONDUCTOR_EXECUTOR_TOKEN", EXECUTOR_TOKEN)
+    monkeypatch.setenv("CONDUCTOR_DATA_DIR", str(tmp_path))
+    monkeypatch.setenv("CONDUCTOR_TASK_QUEUE", f"built-{uuid.uuid4().hex[:8]}")
+    config = WorkerConfig.from_env()
+    assert config.fleet_url == config.executor_url == substrate.base_url
+    input = workload(child("echo oops >&2; exit 3"))
+    async with build_worker(dev_env.client, config, workflow_failure_exception_types=[Exception]):
+        handle = await start(dev_env.client, config.task_queue, input)
+        result: WorkloadResult = await handle.result()
+    assert result.verdict == "failed"
+    final = result.observation
+    assert final.observed_state == "failed" and final.exit_classification == "failure"
+    assert final.error_code == "process.exit_status_3" and final.output == ""
+    assert {artifact.kind for artifact in final.artifacts} >= {"result", "log"}
+
+
+async def test_a_daemon_is_followed_until_cancelled_then_its_process_is_gone(
+    dev_env: WorkflowEnvironment, fleet_activities: FleetActivities, substrate: RunningSubstrate, tmp_path: Path
+):
+    client = dev_env.client
+    pid_file = tmp_path / "daemon.pid"
+    # Small history limit and short watches: the daemon is carried across continue-as-new.
+    input = workload(
+        child(f"echo $$ > {pid_file}; exec sleep 120", kind="daemon"), max_history_events=40, watch_max_seconds=0.3
+    )
+    async with workload_worker(client, fleet_activities) as task_queue:
+        parent, child_workflow_id = await start_parent(client, task_queue, input)
+        child_handle = client.get_workflow_handle(child_workflow_id)
+
+        async def healthy():
+            seen = await parent.query(WorkloadParentProbe.observations)
+            return [o for o in seen if o.observed_state == "healthy" and o.health == "healthy"]
+
+        await eventually(healthy)
+        pid = await read_pid(pid_file)
+
+        async def continued_as_new():
+            description = await child_handle.describe()
+            return description.run_id != description.raw_description.workflow_execution_info.first_run_id
+
+        await eventually(continued_as_new)
+        assert (await child_handle.describe()).status == WorkflowExecutionStatus.RUNNING
+        assert not process_gone(pid)
+        first_run_id = (await child_handle.describe()).raw_description.workflow_execution_info.first_run_id
+        first_run = client.get_workflow_handle(child_workflow_id, run_id=first_run_id)
+        watches = [a for a in await scheduled_activities(first_run) if a.activity_type.name == "watch_workload"]
+        assert watches and all(a.heartbeat_timeout.ToTimedelta().total_seconds() > 0 for a in watches)
+
+        await parent.signal(WorkloadParentProbe.cancel_child)
+        outcome: ParentOutcome = await parent.result()
+
+    assert outcome.child_cancelled and outcome.result is None
+    assert (await child_handle.describe()).status == WorkflowExecutionStatus.CANCELED
+    last = outcome.observations[-1]
+    assert last.observed_state == "cancelled" and last.exit_classification == "cancelled"
+    revisions = [o.revision for o in outcome.observations]
+    assert revisions == sorted(set(revisions))
+    assert process_gone(pid)
+    tasks = substrate_tasks(substrate, input.child.child_id)
+    assert [t["state"] for t in tasks] == ["canceled"]
+    await assert_replays(parent, first_run, child_handle)
+
+
+async def test_a_second_run_of_the_same_workload_re_adopts_the_bound_task(
+    dev_env: WorkflowEnvironment, fleet_activities: FleetActivities, substrate: RunningSubstrate
+):
+    client = dev_env.client
+    input = workload(child("sleep 1.5; echo again"))
+    async with workload_worker(client, fleet_activities) as task_queue:
+        first = await start(client, task_queue, input, workflow_id=f"first:{input.child.child_id}")
+
+        async def bound():
+            return substrate_tasks(substrate, input.child.child_id)
+
+        await eventually(bound)
+        # The first run disappears without cleaning up, as after a lost worker or an operator's terminate.
+        await first.terminate("simulated loss of the first run")
+        second = await start(client, task_queue, input, workflow_id=f"second:{input.child.child_id}")
+        result: WorkloadResult = await second.result()
+
+    assert result.verdict == "satisfied" and result.observation.output == "again\n"
+    tasks = substrate_tasks(substrate, input.child.child_id)
+    assert len(tasks) == 1 and result.task_id == tasks[0]["task_id"]
+    assert "dispatch_task" in await activity_types(first)
+    assert "dispatch_task" not in await activity_types(second)
+    await assert_replays(second)
+
+
+async def test_a_persistent_agent_is_satisfied_while_running_and_binds_its_session(
+    dev_env: WorkflowEnvironment, fleet_activities: FleetActivities
+):
+    client = dev_env.client
+    input = workload(child("sleep 1; echo done", kind="persistent-agent"))
+    async with workload_worker(client, fleet_activities) as task_queue:
+        parent, _ = await start_parent(client, task_queue, input)
+        outcome: ParentOutcome = await parent.result()
+    states = [o.observed_state for o in outcome.observations]
+    assert "running" in states and states[-1] == "succeeded"
+    assert outcome.result is not None and outcome.result.verdict == "satisfied"
+    final = outcome.result.observation
+    assert final.output == "done\n" and final.lineage is not None and final.lineage.session_id is not None
+
+
+async def test_a_refused_dispatch_ends_the_workload_failed_with_the_server_code(
+    dev_env: WorkflowEnvironment, fleet_activities: FleetActivities
+):
+    client = dev_env.client
+    input = workload(child("echo never", runtime_kind="vm"))  # the local substrate offers host isolation only
+    async with workload_worker(client, fleet_activities) as task_queue:
+        result: WorkloadResult = await (await start(client, task_queue, input)).result()
+    assert result.verdict == "failed" and result.task_id is None
+    final = result.observation
+    assert final.observed_state == "failed" and final.error_code == "executor.isolation_unsupported"
+    assert final.note is not None and "vm" in final.note and final.revision == 2
+
+
+async def test_a_refused_admission_is_reported_as_failed_at_revision_zero(
+    dev_env: WorkflowEnvironment, fleet_activities: FleetActivities
+):
+    client = dev_env.client
+    taken = child("echo first")
+    async with workload_worker(client, fleet_activities) as task_queue:
+        ok: WorkloadResult = await (await start(client, task_queue, workload(taken))).result()
+        # Another mission reusing the child id: the fleet refuses the different record.
+        clash = workload(taken.model_copy(update={"prompt": "echo second"}))
+        parent, _ = await start_parent(client, task_queue, clash)
+        outcome: ParentOutcome = await parent.result()
+    assert ok.verdict == "satisfied"
+    assert outcome.result is not None and outcome.result.verdict == "failed"
+    [observation] = outcome.observations
+    assert observation.revision == 0 and observation.error_code == "fleet.idempotency_collision"
+    assert observation.note is not None and "admission refused" in observation.note
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+async def test_an_unavailable_substrate_is_retried_until_it_answers(dev_env: WorkflowEnvironment, tmp_path: Path):
+    client = dev_env.client
+    port = _free_port()
+    url = f"http://127.0.0.1:{port}"
+    fleet = FleetActivities(url, url, FLEET_TOKEN, EXECUTOR_TOKEN)
+    input = workload(child("echo late"))
+    try:
+        async with workload_worker(client, fleet) as task_queue:
+            handle = await start(client, task_queue, input)
+
+            async def failed_attempt():
+                pending = (await handle.describe()).raw_description.pending_activities
+                return [a for a in pending if a.attempt >= 2 and a.last_failure.application_failure_info.type == "http.unreachable"]
+
+            [pending] = await eventually(failed_attempt)
+            assert pending.activity_type.name == "admit_workload"
+            with serve_in_thread(substrate_config(tmp_path / "late", port=port)):
+                result: WorkloadResult = await handle.result()
+    finally:
+        await fleet.aclose()
+    assert result.verdict == "satisfied" and result.observation.output == "late\n"
