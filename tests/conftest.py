@@ -13,6 +13,7 @@ from temporalio.testing import WorkflowEnvironment
 
 from worker.binaries import temporal_cli, temporal_test_server
 from worker.process import exit_now, temporal_core_loaded
+from workflows.mission.search import SEARCH_ATTRIBUTES
 
 CONTRACT_DIR = Path(__file__).resolve().parents[2] / "shared" / "contract" / "fleet-workload-v1"
 
@@ -52,6 +53,7 @@ async def dev_env() -> AsyncIterator[WorkflowEnvironment]:
         data_converter=pydantic_data_converter,
         dev_server_existing_path=temporal_cli(),
         dev_server_extra_args=extra,
+        search_attributes=SEARCH_ATTRIBUTES,
         ui=False,
     )
     try:

@@ -60,6 +60,11 @@ class AdmissionClient:
 
     # --- what the requester asks ------------------------------------------------------------
 
+    @property
+    def version(self) -> int:
+        """Changes whenever decisions arrive; a caller's wait condition can compare it."""
+        return self._version
+
     def state_of(self, request_id: str) -> str | None:
         decision = self.decisions.get(request_id)
         return None if decision is None else decision.state

@@ -1,0 +1,54 @@
+"""End-to-end harness: dev server + real substrate over HTTP + a worker + MissionControl."""
+
+from __future__ import annotations
+
+import uuid
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+from temporalio.client import Client
+
+from activities.fleet import FleetActivities
+from substrate.server import RunningSubstrate
+from tests.substrate_support import EXECUTOR_TOKEN, FLEET_TOKEN
+from worker.config import WorkerConfig
+from worker.mission_control import MissionControl
+from worker.worker import build_worker
+from workflows.admission.model import AdmissionPolicy
+
+POLICY = AdmissionPolicy(max_concurrent=8, runtime_quotas={"host": 8}, lease_ttl_seconds=30)
+
+
+class MissionHarness:
+    def __init__(self, client: Client, config: WorkerConfig, substrate: RunningSubstrate, suffix: str) -> None:
+        self.client = client
+        self.config = config
+        self.substrate = substrate
+        self.suffix = suffix
+        self.control = MissionControl(client, config.task_queue)
+
+    def spec(self, mission: str, children: list[dict], **fields: object) -> dict:
+        """A spec dict with ids unique to this test (the substrate is shared by the session)."""
+        return {
+            "mission_id": f"{mission}-{self.suffix}",
+            "orchestrator_id": "tests",
+            "goal": f"test {mission}",
+            "host_group": f"hg-{self.suffix}",
+            "children": children,
+            **fields,
+        }
+
+
+@asynccontextmanager
+async def mission_harness(client: Client, substrate: RunningSubstrate, tmp_path: Path, policy: AdmissionPolicy = POLICY):
+    suffix = uuid.uuid4().hex[:8]
+    config = WorkerConfig(
+        data_dir=tmp_path, task_queue=f"tq-{suffix}", admission_policy=policy,
+        fleet_url=substrate.base_url, executor_url=substrate.base_url,
+    )
+    fleet = FleetActivities(substrate.base_url, substrate.base_url, FLEET_TOKEN, EXECUTOR_TOKEN)
+    try:
+        async with build_worker(client, config, fleet=fleet, workflow_failure_exception_types=[Exception]):
+            yield MissionHarness(client, config, substrate, suffix)
+    finally:
+        await fleet.aclose()

@@ -1,0 +1,116 @@
+"""MissionControl: the Python client for missions (the `conductor mission` CLI is a thin layer on it)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+
+from pydantic import ValidationError
+from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
+from temporalio.common import SearchAttributePair, TypedSearchAttributes
+
+from workflows.mission.ledger import MissionLedger
+from workflows.mission.messages import MISSION_WORKFLOW, MissionInput, ReviewRequest, mission_workflow_id
+from workflows.mission.search import MISSION_AGGREGATION, MISSION_HOST_GROUP, MISSION_ORCHESTRATOR, MISSION_STATE
+from workflows.mission.spec import MissionSpec
+
+
+class MissionSpecError(ValueError):
+    """A spec that cannot start a mission; `problems` lists every one of them."""
+
+    def __init__(self, problems: list[str]) -> None:
+        super().__init__("invalid mission spec:\n" + "\n".join(f"  - {problem}" for problem in problems))
+        self.problems = problems
+
+
+class ReviewRefused(RuntimeError):
+    pass
+
+
+def parse_spec(data: object) -> MissionSpec:
+    """Validate a spec completely, before anything starts; every problem is listed."""
+    try:
+        return MissionSpec.model_validate(data)
+    except ValidationError as error:
+        problems = []
+        for item in error.errors():
+            where = ".".join(str(part) for part in item["loc"]) or "spec"
+            message = item["msg"].removeprefix("Value error, ")
+            problems.append(f"{where}: {message}" if where != "spec" else message)
+        raise MissionSpecError(problems) from None
+
+
+class MissionControl:
+    def __init__(self, client: Client, task_queue: str, *, search_attributes: bool = True) -> None:
+        self._client = client
+        self._task_queue = task_queue
+        self._search_attributes = search_attributes
+
+    def handle(self, mission_id: str) -> WorkflowHandle:
+        return self._client.get_workflow_handle(mission_workflow_id(mission_id), result_type=MissionLedger)
+
+    async def start(self, spec: MissionSpec, **input_options: object) -> str:
+        attributes = None
+        if self._search_attributes:
+            attributes = TypedSearchAttributes([
+                SearchAttributePair(MISSION_STATE, "planning"),
+                SearchAttributePair(MISSION_AGGREGATION, spec.aggregation.mode),
+                SearchAttributePair(MISSION_HOST_GROUP, spec.host_group),
+                SearchAttributePair(MISSION_ORCHESTRATOR, spec.orchestrator_id),
+            ])
+        await self._client.start_workflow(
+            MISSION_WORKFLOW,
+            MissionInput(spec=spec, search_attributes=self._search_attributes, **input_options),  # type: ignore[arg-type]
+            id=mission_workflow_id(spec.mission_id),
+            task_queue=self._task_queue,
+            search_attributes=attributes,
+            memo={"goal": spec.goal},
+            static_summary=f"mission {spec.mission_id}: {spec.goal}",
+        )
+        return spec.mission_id
+
+    async def wait_for_verdict(self, mission_id: str) -> MissionLedger:
+        return await self.handle(mission_id).execute_update("wait_for_verdict", result_type=MissionLedger)
+
+    async def run(self, spec: MissionSpec, **input_options: object) -> MissionLedger:
+        await self.start(spec, **input_options)
+        return await self.wait_for_verdict(spec.mission_id)
+
+    async def show(self, mission_id: str) -> MissionLedger:
+        return await self.handle(mission_id).query("ledger", result_type=MissionLedger)
+
+    async def review(self, mission_id: str, *, approve: bool, operator: str, reason: str) -> MissionLedger:
+        request = ReviewRequest(operator=operator, decision="approve" if approve else "reject", reason=reason)
+        try:
+            return await self.handle(mission_id).execute_update("review", request, result_type=MissionLedger)
+        except WorkflowUpdateFailedError as error:
+            cause = error.cause
+            raise ReviewRefused(getattr(cause, "message", None) or str(cause)) from None
+
+    async def stop(self, mission_id: str) -> None:
+        await self.handle(mission_id).signal("stop")
+
+    async def cancel(self, mission_id: str) -> None:
+        await self.handle(mission_id).cancel()
+
+    async def watch(
+        self,
+        mission_id: str,
+        on_change: Callable[[MissionLedger], Awaitable[None] | None],
+        *,
+        interval: float = 0.5,
+    ) -> MissionLedger:
+        """Call `on_change` with each new ledger until the mission's verdict settles."""
+        from workflows.mission.aggregation import is_final
+
+        last_seq = -1
+        while True:
+            ledger = await self.show(mission_id)
+            if ledger.snapshot_seq != last_seq:
+                last_seq = ledger.snapshot_seq
+                outcome = on_change(ledger)
+                if outcome is not None:
+                    await outcome
+            if is_final(ledger):
+                return ledger
+            await asyncio.sleep(interval)

@@ -1,0 +1,371 @@
+"""MissionWorkflow: plan, admit, dispatch, supervise and aggregate one mission.
+
+A thin shell. Planning is a pure function of the targets (`planning`), the
+verdict is the pure aggregation core's (`aggregation`), and admission is the
+host group's singleton, reached through `AdmissionClient`. What stays here is
+wiring: signals and child completions wake one loop, which folds everything
+into the ledger, starts children whose lease is current, cancels children whose
+lease is not, writes a snapshot when the ledger changed, and keeps the search
+attributes and current details true for operators in the Temporal UI.
+
+Verdict and lifetime are separate: the verdict settles (ledger, search
+attributes, `wait_for_verdict`) as soon as the aggregation decides; the workflow
+itself closes only when no child is live, so long-lived children stay
+supervised, their leases renewed, until an operator sends `stop`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy
+from temporalio.exceptions import is_cancelled_exception
+from temporalio.workflow import ChildWorkflowCancellationType, ParentClosePolicy
+
+with workflow.unsafe.imports_passed_through():
+    from workflows.admission.client import AdmissionClient
+    from workflows.admission.model import AdmissionRequest
+    from workflows.mission import aggregation
+    from workflows.mission.ledger import (
+        WRITE_LEDGER_SNAPSHOT_ACTIVITY,
+        ChildAdmission,
+        MissionLedger,
+        ReviewDecision,
+        SnapshotRef,
+    )
+    from workflows.mission.messages import MissionInput, ReviewRequest, admission_request_id
+    from workflows.mission.observation import OBSERVATION_SIGNAL, ChildObservation
+    from workflows.mission.planning import Assignment, plan_targets
+    from workflows.mission.search import MISSION_AGGREGATION, MISSION_HOST_GROUP, MISSION_ORCHESTRATOR, MISSION_STATE
+    from workflows.workload.messages import LIST_TARGETS, WORKLOAD_WORKFLOW, TargetList, WorkloadInput
+
+
+@workflow.defn(name="MissionWorkflow")
+class MissionWorkflow:
+    @workflow.init
+    def __init__(self, input: MissionInput) -> None:
+        self._input = input
+        self._spec = input.spec
+        self._ledger = aggregation.initial_ledger(input.spec)
+        self._admission = AdmissionClient(input.spec.host_group)
+        self._observations: list[ChildObservation] = []
+        self._assignments: dict[str, Assignment] = {}
+        self._children: dict[str, workflow.ChildWorkflowHandle] = {}
+        self._running: set[str] = set()  # child workflows started and not yet ended
+        self._ended: set[str] = set()
+        self._released: set[str] = set()
+        self._stop_requested = False
+        self._wake = 0
+        self._written_seq = -1
+        self._shown_state: str | None = None
+
+    # --- operator and child inputs ----------------------------------------------------------
+
+    @workflow.signal(name=OBSERVATION_SIGNAL)
+    def workload_observed(self, observation: ChildObservation) -> None:
+        self._observations.append(observation)
+        self._wake += 1
+
+    @workflow.signal
+    def stop(self) -> None:
+        """Stop supervising: stop every live child's runtime task, release the leases, close."""
+        self._stop_requested = True
+        self._wake += 1
+
+    @workflow.update
+    def review(self, request: ReviewRequest) -> MissionLedger:
+        decision = ReviewDecision(
+            operator=request.operator, decision=request.decision, reason=request.reason, decided_at=workflow.now(),
+        )
+        self._ledger = aggregation.apply_review(self._ledger, self._spec, decision)
+        workflow.logger.info("review %s by %s: %s", request.decision, request.operator, request.reason)
+        self._wake += 1
+        return self._ledger
+
+    @review.validator
+    def _review_allowed(self, request: ReviewRequest) -> None:
+        refusal = aggregation.review_refusal(self._ledger, self._spec)
+        if refusal is not None:
+            raise ValueError(refusal)
+
+    @workflow.update
+    async def wait_for_verdict(self) -> MissionLedger:
+        """Returns the ledger once the verdict has settled (or the mission was cancelled)."""
+        await workflow.wait_condition(lambda: aggregation.is_final(self._ledger))
+        return self._ledger
+
+    @workflow.query
+    def ledger(self) -> MissionLedger:
+        return self._ledger
+
+    # --- the run ----------------------------------------------------------------------------
+
+    @workflow.run
+    async def run(self, input: MissionInput) -> MissionLedger:
+        renewals: asyncio.Future[None] | None = None
+        try:
+            await self._plan()
+            await self._submit_for_admission()
+            renewals = asyncio.ensure_future(self._admission.keep_leases_alive())
+            await self._supervise()
+            await self._close("mission finished")
+        except BaseException as error:
+            if not is_cancelled_exception(error):
+                raise
+            self._ledger = aggregation.mark_cancelled(self._ledger)
+            await asyncio.shield(asyncio.ensure_future(self._close("mission cancelled")))
+            raise
+        finally:
+            if renewals is not None:
+                await renewals  # give_back_everything (in _close) stops the loop
+        return self._ledger
+
+    async def _plan(self) -> None:
+        self._details("planning: listing executor targets")
+        targets: TargetList = await workflow.execute_activity(
+            LIST_TARGETS,
+            result_type=TargetList,
+            start_to_close_timeout=timedelta(seconds=30),
+            retry_policy=RetryPolicy(maximum_attempts=10, non_retryable_error_types=["TypeError"]),
+            summary="list executor targets",
+        )
+        assignments, unroutable = plan_targets(self._spec, targets.targets)
+        self._assignments = assignments
+        now = workflow.now()
+        for child_id, why in unroutable.items():
+            child = next(c for c in self._spec.children if c.child_id == child_id)
+            self._ledger = aggregation.apply_observation(self._ledger, self._spec, ChildObservation(
+                child_id=child_id, kind=child.kind, revision=0, observed_state="operator-review-required",
+                observed_at=now, note=f"unroutable: {why}",
+            ))
+        await self._snapshot()
+
+    async def _submit_for_admission(self) -> None:
+        if not self._assignments:
+            return
+        now = workflow.now()
+        spec = self._spec
+        requests = [
+            AdmissionRequest(
+                request_id=admission_request_id(spec.mission_id, child.child_id),
+                orchestrator_id=spec.orchestrator_id,
+                environment=child.environment,
+                provider=child.provider,
+                runtime_kind=child.runtime_kind,
+                priority=child.priority,
+                submitted_at=now,
+                queue_timeout_seconds=child.queue_timeout_seconds,
+                preemptible=child.preemptible,
+                lane=child.lane,
+                priority_class=child.priority_class,
+            )
+            for child in spec.children
+            if child.child_id in self._assignments
+        ]
+        self._details(f"admitting: {len(requests)} requests to admission:{spec.host_group}")
+        await self._admission.submit(requests)
+
+    async def _supervise(self) -> None:
+        while True:
+            self._fold_decisions()
+            self._fold_observations()
+            await self._act()
+            await self._snapshot()
+            self._publish()
+            if self._stop_requested or (aggregation.is_final(self._ledger) and not self._running and not self._waiting()):
+                return
+            seen = (self._wake, self._admission.version)
+            try:
+                await workflow.wait_condition(
+                    lambda: (self._wake, self._admission.version) != seen,
+                    timeout=self._next_lease_deadline(),
+                    timeout_summary="next lease expiry",
+                )
+            except asyncio.TimeoutError:
+                pass
+
+    # --- folding inputs into the ledger -----------------------------------------------------
+
+    def _fold_decisions(self) -> None:
+        for child_id in self._assignments:
+            decision = self._admission.decisions.get(self._request_id(child_id))
+            if decision is None:
+                continue
+            self._ledger = aggregation.apply_admission(
+                self._ledger,
+                child_id,
+                ChildAdmission(
+                    request_id=decision.request_id, state=decision.state, lease_revision=decision.lease_revision,
+                    revision=decision.revision, reason=decision.reason,
+                ),
+                decision.backpressure,
+            )
+
+    def _fold_observations(self) -> None:
+        observations, self._observations = self._observations, []
+        for observation in observations:
+            self._ledger = aggregation.apply_observation(self._ledger, self._spec, observation)
+
+    # --- acting on the ledger ---------------------------------------------------------------
+
+    async def _act(self) -> None:
+        cancel = aggregation.children_to_cancel(self._ledger, self._spec)
+        if cancel:
+            self._ledger = aggregation.mark_cancel_requested(self._ledger, cancel)
+            await self._cancel_children(cancel, why="fail-fast: a sibling failed")
+        lost = [
+            child_id for child_id in sorted(self._running)
+            if not self._admission.is_current(self._request_id(child_id))
+        ]
+        if lost:
+            await self._cancel_children(lost, why="admission lease lost")
+        await self._start_admitted()
+        await self._release_ended()
+
+    async def _start_admitted(self) -> None:
+        room = self._input.max_children_in_flight - len(self._running)
+        ready = [
+            child for child in self._spec.children
+            if child.child_id in self._assignments
+            and child.child_id not in self._children
+            and not self._ledger.child(child.child_id).cancel_requested
+            and self._admission.is_current(self._request_id(child.child_id))
+        ][: max(0, room)]
+        if not ready:
+            return
+        handles = await asyncio.gather(*(self._start_child(child.child_id) for child in ready))
+        for child, handle in zip(ready, handles):
+            self._children[child.child_id] = handle
+            self._running.add(child.child_id)
+            asyncio.ensure_future(self._follow_child(child.child_id, handle))
+
+    async def _start_child(self, child_id: str) -> workflow.ChildWorkflowHandle:
+        spec = self._spec
+        child = next(c for c in spec.children if c.child_id == child_id)
+        target = self._assignments[child_id]
+        return await workflow.start_child_workflow(
+            WORKLOAD_WORKFLOW,
+            WorkloadInput(
+                mission_id=spec.mission_id,
+                orchestrator_id=spec.orchestrator_id,
+                child=child,
+                target_id=target.target_id,
+                executor_id=target.executor_id,
+                runtime_id=target.runtime_id,
+                parent_id=workflow.info().workflow_id,
+                poll_interval_seconds=self._input.poll_interval_seconds,
+            ),
+            id=f"workload:{spec.mission_id}:{child_id}",
+            cancellation_type=ChildWorkflowCancellationType.WAIT_CANCELLATION_COMPLETED,
+            parent_close_policy=ParentClosePolicy.REQUEST_CANCEL,
+            static_summary=f"{child.kind} {child_id} on {target.target_id}",
+        )
+
+    async def _follow_child(self, child_id: str, handle: workflow.ChildWorkflowHandle) -> None:
+        try:
+            await handle
+        except BaseException as error:  # a failed or cancelled child is reported by its observations
+            if not is_cancelled_exception(error):
+                workflow.logger.warning("workload %s ended with %s", child_id, error)
+        finally:
+            self._running.discard(child_id)
+            self._ended.add(child_id)
+            self._wake += 1
+
+    async def _cancel_children(self, child_ids: list[str], why: str) -> None:
+        started = [cid for cid in child_ids if cid in self._running]
+        waiting = [cid for cid in child_ids if cid not in self._children and cid in self._assignments]
+        for child_id in started:
+            workflow.logger.info("cancelling workload %s: %s", child_id, why)
+            self._children[child_id].cancel()
+        if waiting:
+            # Never started: take their requests out of the queue so they are never admitted.
+            await self._admission.cancel(self._request_id(cid) for cid in waiting)
+            for child_id in waiting:
+                self._ended.add(child_id)
+
+    async def _release_ended(self) -> None:
+        done = sorted(self._ended - self._released)
+        if not done:
+            return
+        self._released.update(done)
+        held = set(self._admission.held())
+        release = [self._request_id(cid) for cid in done if self._request_id(cid) in held]
+        await self._admission.release(release)
+
+    def _waiting(self) -> bool:
+        """Children that were routed but have neither ended nor been started yet."""
+        return any(
+            child_id not in self._children and child_id not in self._ended
+            and self._admission.state_of(self._request_id(child_id)) in (None, "queued", "admitted")
+            for child_id in self._assignments
+        )
+
+    def _next_lease_deadline(self) -> timedelta | None:
+        """Wake at the earliest expiry of a running child's lease, to stop it if renewal failed."""
+        expiries = [
+            decision.lease_expires_at
+            for child_id in self._running
+            if (decision := self._admission.decisions.get(self._request_id(child_id))) is not None
+            and decision.lease_expires_at is not None
+        ]
+        if not expiries:
+            return None
+        return max(timedelta(seconds=1), min(expiries) - workflow.now())
+
+    # --- closing ----------------------------------------------------------------------------
+
+    async def _close(self, why: str) -> None:
+        """Stop every live child (runtime tasks included), give back admission, final snapshot."""
+        live = sorted(self._running)
+        if live:
+            self._details(f"{why}: stopping {len(live)} live children")
+            await self._cancel_children(live, why=why)
+            await workflow.wait_condition(lambda: not self._running)
+        self._fold_observations()
+        await self._admission.give_back_everything()
+        self._fold_decisions()
+        await self._snapshot()
+        self._publish()
+
+    # --- what operators see -----------------------------------------------------------------
+
+    async def _snapshot(self) -> None:
+        if self._ledger.snapshot_seq == self._written_seq:
+            return
+        ledger = self._ledger
+        await workflow.execute_activity(
+            WRITE_LEDGER_SNAPSHOT_ACTIVITY,
+            ledger,
+            result_type=SnapshotRef,
+            start_to_close_timeout=timedelta(seconds=30),
+            summary=f"ledger snapshot {ledger.snapshot_seq} ({ledger.parent_state})",
+        )
+        self._written_seq = ledger.snapshot_seq
+
+    def _publish(self) -> None:
+        ledger = self._ledger
+        summary = ledger.aggregation
+        self._details(
+            f"{ledger.parent_state}: {summary.reason} "
+            f"({len(summary.successful)} ok, {len(summary.failed)} failed, {len(summary.pending)} pending, "
+            f"{len(self._running)} running)"
+        )
+        if ledger.parent_state == self._shown_state:
+            return
+        self._shown_state = ledger.parent_state
+        if self._input.search_attributes:
+            workflow.upsert_search_attributes([
+                MISSION_STATE.value_set(ledger.parent_state),
+                MISSION_AGGREGATION.value_set(self._spec.aggregation.mode),
+                MISSION_HOST_GROUP.value_set(self._spec.host_group),
+                MISSION_ORCHESTRATOR.value_set(self._spec.orchestrator_id),
+            ])
+
+    def _details(self, text: str) -> None:
+        workflow.set_current_details(f"mission {self._spec.mission_id} ({self._spec.goal}): {text}")
+
+    def _request_id(self, child_id: str) -> str:
+        return admission_request_id(self._spec.mission_id, child_id)
