@@ -36,6 +36,7 @@ from tests.workload_parent import ParentInput, ParentOutcome, WorkloadParentProb
 from worker.config import WorkerConfig
 from worker.worker import build_worker
 from workflows.mission.spec import ChildSpec
+from workflows.workload.record import fleet_child_id
 from workflows.workload.messages import WorkloadInput, WorkloadResult
 from workflows.workload.workflow import WorkloadWorkflow
 
@@ -225,7 +226,7 @@ async def test_a_daemon_is_followed_until_cancelled_then_its_process_is_gone(
     revisions = [o.revision for o in outcome.observations]
     assert revisions == sorted(set(revisions))
     assert process_gone(pid)
-    tasks = substrate_tasks(substrate, input.child.child_id)
+    tasks = substrate_tasks(substrate, fleet_child_id(input.mission_id, input.child.child_id))
     assert [t["state"] for t in tasks] == ["canceled"]
     await assert_replays(parent, first_run, child_handle)
 
@@ -239,7 +240,7 @@ async def test_a_second_run_of_the_same_workload_re_adopts_the_bound_task(
         first = await start(client, task_queue, input, workflow_id=f"first:{input.child.child_id}")
 
         async def bound():
-            return substrate_tasks(substrate, input.child.child_id)
+            return substrate_tasks(substrate, fleet_child_id(input.mission_id, input.child.child_id))
 
         await eventually(bound)
         # The first run disappears without cleaning up, as after a lost worker or an operator's terminate.
@@ -248,7 +249,7 @@ async def test_a_second_run_of_the_same_workload_re_adopts_the_bound_task(
         result: WorkloadResult = await second.result()
 
     assert result.verdict == "satisfied" and result.observation.output == "again\n"
-    tasks = substrate_tasks(substrate, input.child.child_id)
+    tasks = substrate_tasks(substrate, fleet_child_id(input.mission_id, input.child.child_id))
     assert len(tasks) == 1 and result.task_id == tasks[0]["task_id"]
     assert "dispatch_task" in await activity_types(first)
     assert "dispatch_task" not in await activity_types(second)
@@ -289,9 +290,12 @@ async def test_a_refused_admission_is_reported_as_failed_at_revision_zero(
     client = dev_env.client
     taken = child("echo first")
     async with workload_worker(client, fleet_activities) as task_queue:
-        ok: WorkloadResult = await (await start(client, task_queue, workload(taken))).result()
-        # Another mission reusing the child id: the fleet refuses the different record.
-        clash = workload(taken.model_copy(update={"prompt": "echo second"}))
+        first = workload(taken)
+        ok: WorkloadResult = await (await start(client, task_queue, first)).result()
+        # The same mission's child asked for again with a different record: the fleet refuses it.
+        # (The prompt travels in the dispatch, not the record: change what the record holds.)
+        other_budget = taken.budgets.model_copy(update={"timeout_seconds": taken.budgets.timeout_seconds + 1})
+        clash = workload(taken.model_copy(update={"budgets": other_budget}), mission=first.mission_id)
         parent, _ = await start_parent(client, task_queue, clash)
         outcome: ParentOutcome = await parent.result()
     assert ok.verdict == "satisfied"

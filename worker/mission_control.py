@@ -6,7 +6,8 @@ import asyncio
 from collections.abc import Awaitable, Callable
 
 from pydantic import ValidationError
-from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
+from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle, WorkflowUpdateFailedError
+from temporalio.service import RPCError
 from temporalio.common import SearchAttributePair, TypedSearchAttributes
 
 from workflows.mission.ledger import MissionLedger
@@ -70,7 +71,15 @@ class MissionControl:
         return spec.mission_id
 
     async def wait_for_verdict(self, mission_id: str) -> MissionLedger:
-        return await self.handle(mission_id).execute_update("wait_for_verdict", result_type=MissionLedger)
+        """The ledger once the verdict settles; for a mission already closed, its final ledger."""
+        handle = self.handle(mission_id)
+        try:
+            return await handle.execute_update("wait_for_verdict", result_type=MissionLedger)
+        except (RPCError, WorkflowUpdateFailedError):
+            description = await handle.describe()
+            if description.status == WorkflowExecutionStatus.RUNNING:
+                raise
+            return await self.show(mission_id)
 
     async def run(self, spec: MissionSpec, **input_options: object) -> MissionLedger:
         await self.start(spec, **input_options)

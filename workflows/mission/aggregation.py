@@ -72,6 +72,7 @@ from workflows.mission.ledger import (
 )
 from workflows.mission.observation import ChildObservation
 from workflows.mission.spec import MissionSpec, Quorum
+from workflows.workload.record import fleet_child_id
 
 __all__ = [
     "ReviewNotAccepted",
@@ -239,7 +240,8 @@ def apply_observation(ledger: MissionLedger, spec: MissionSpec, obs: ChildObserv
             f"observation of {obs.child_id} says kind {obs.kind!r} but the spec declares {child.kind!r}; "
             "the WorkloadWorkflow must report the kind it was started with"
         )
-    if obs.lineage is not None and (obs.lineage.mission_id, obs.lineage.child_id) != (ledger.mission_id, obs.child_id):
+    expected = (ledger.mission_id, fleet_child_id(ledger.mission_id, obs.child_id))
+    if obs.lineage is not None and (obs.lineage.mission_id, obs.lineage.child_id) != expected:
         raise ValueError(
             f"observation of {obs.child_id} carries lineage for mission {obs.lineage.mission_id} child "
             f"{obs.lineage.child_id}; it belongs to another mission or child"

@@ -39,6 +39,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.mission.observation import OBSERVATION_SIGNAL, ChildObservation
     from workflows.mission.planning import Assignment, plan_targets
     from workflows.mission.search import MISSION_AGGREGATION, MISSION_HOST_GROUP, MISSION_ORCHESTRATOR, MISSION_STATE
+    from workflows.workload.client import cancel_workload, workload_workflow_id
     from workflows.workload.messages import LIST_TARGETS, WORKLOAD_WORKFLOW, TargetList, WorkloadInput
 
 
@@ -104,22 +105,20 @@ class MissionWorkflow:
 
     @workflow.run
     async def run(self, input: MissionInput) -> MissionLedger:
-        renewals: asyncio.Future[None] | None = None
         try:
             await self._plan()
             await self._submit_for_admission()
             renewals = asyncio.ensure_future(self._admission.keep_leases_alive())
             await self._supervise()
             await self._close("mission finished")
-        except BaseException as error:
-            if not is_cancelled_exception(error):
-                raise
+            await renewals  # give_back_everything (in _close) ends the renewal loop
+            await workflow.wait_condition(workflow.all_handlers_finished)  # let wait_for_verdict answer
+        except asyncio.CancelledError:
+            # Cancelled from the CLI or the UI: stop children and runtime tasks, give back
+            # every request and lease, record why, then end as cancelled.
             self._ledger = aggregation.mark_cancelled(self._ledger)
             await asyncio.shield(asyncio.ensure_future(self._close("mission cancelled")))
             raise
-        finally:
-            if renewals is not None:
-                await renewals  # give_back_everything (in _close) stops the loop
         return self._ledger
 
     async def _plan(self) -> None:
@@ -257,7 +256,7 @@ class MissionWorkflow:
                 parent_id=workflow.info().workflow_id,
                 poll_interval_seconds=self._input.poll_interval_seconds,
             ),
-            id=f"workload:{spec.mission_id}:{child_id}",
+            id=workload_workflow_id(spec.mission_id, child_id),
             cancellation_type=ChildWorkflowCancellationType.WAIT_CANCELLATION_COMPLETED,
             parent_close_policy=ParentClosePolicy.REQUEST_CANCEL,
             static_summary=f"{child.kind} {child_id} on {target.target_id}",
@@ -266,7 +265,7 @@ class MissionWorkflow:
     async def _follow_child(self, child_id: str, handle: workflow.ChildWorkflowHandle) -> None:
         try:
             await handle
-        except BaseException as error:  # a failed or cancelled child is reported by its observations
+        except Exception as error:  # a failed or cancelled child is reported by its observations
             if not is_cancelled_exception(error):
                 workflow.logger.warning("workload %s ended with %s", child_id, error)
         finally:
@@ -279,7 +278,11 @@ class MissionWorkflow:
         waiting = [cid for cid in child_ids if cid not in self._children and cid in self._assignments]
         for child_id in started:
             workflow.logger.info("cancelling workload %s: %s", child_id, why)
-            self._children[child_id].cancel()
+        # By workflow id, not through the child handle: a long-lived workload has usually
+        # continued-as-new, and only a request by id reaches its current run.
+        await asyncio.gather(*(
+            cancel_workload(workload_workflow_id(self._spec.mission_id, child_id)) for child_id in started
+        ))
         if waiting:
             # Never started: take their requests out of the queue so they are never admitted.
             await self._admission.cancel(self._request_id(cid) for cid in waiting)

@@ -29,6 +29,12 @@ def idempotency_key(mission_id: str, child_id: str) -> str:
     return f"{mission_id}:{child_id}"
 
 
+def fleet_child_id(mission_id: str, child_id: str) -> str:
+    """The child's id on the substrate, which every orchestrator shares: qualified by mission,
+    so two missions may both have a child called `build` without colliding."""
+    return f"{mission_id}:{child_id}"
+
+
 def dispatch_id(mission_id: str, child_id: str) -> str:
     """Also the A2A `messageId`: the executor starts at most one task per dispatch id."""
     return f"{mission_id}:{child_id}:dispatch"
@@ -66,7 +72,7 @@ def build_record(input: WorkloadInput, now: datetime) -> WorkloadRecord:
         dispatch_id=dispatch_id(input.mission_id, child.child_id),
         idempotency_key=idempotency_key(input.mission_id, child.child_id),
         parent_id=input.parent_id,
-        child_id=child.child_id,
+        child_id=fleet_child_id(input.mission_id, child.child_id),
         target_id=input.target_id,
         executor_id=input.executor_id,
         runtime_id=input.effective_runtime_id,
@@ -109,7 +115,7 @@ def build_dispatch(input: WorkloadInput) -> TaskDispatch:
     child = input.child
     return TaskDispatch(
         message_id=dispatch_id(input.mission_id, child.child_id),
-        child_id=child.child_id,
+        child_id=fleet_child_id(input.mission_id, child.child_id),
         kind=child.kind,
         prompt=child.prompt,
         schedule=child.schedule,

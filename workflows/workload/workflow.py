@@ -58,6 +58,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from workflows.workload.record import (
         build_dispatch,
+        fleet_child_id,
         build_record,
         finished,
         missing_evidence,
@@ -103,6 +104,7 @@ class WorkloadWorkflow:
     def __init__(self, input: WorkloadInput) -> None:
         self._input = input
         self._child_id = input.child.child_id
+        self._fleet_id = fleet_child_id(input.mission_id, input.child.child_id)
         carried = input.carried
         self._task_id: str | None = carried.task_id if carried else None
         self._reported = carried.reported_revision if carried else -1
@@ -256,7 +258,7 @@ class WorkloadWorkflow:
             observed = await self._call(
                 OBSERVE_WORKLOAD,
                 ObserveWorkload(
-                    child_id=self._child_id,
+                    child_id=self._fleet_id,
                     expected_revision=record.status.revision,
                     status=status,
                     runtime_identity=identity,
@@ -289,7 +291,7 @@ class WorkloadWorkflow:
         return await workflow.execute_activity(
             WATCH_WORKLOAD,
             WatchWorkload(
-                child_id=self._child_id,
+                child_id=self._fleet_id,
                 after_revision=after_revision,
                 poll_interval_seconds=input.poll_interval_seconds,
                 max_wait_seconds=input.watch_max_seconds,
@@ -383,7 +385,7 @@ class WorkloadWorkflow:
     # --- activities -----------------------------------------------------------------------
 
     async def _get(self) -> WorkloadRecord:
-        return await self._call(GET_WORKLOAD, WorkloadRef(child_id=self._child_id), WorkloadRecord)
+        return await self._call(GET_WORKLOAD, WorkloadRef(child_id=self._fleet_id), WorkloadRecord)
 
     async def _call(self, activity: str, argument: Any, result_type: type[T]) -> T:
         return await workflow.execute_activity(

@@ -1,0 +1,131 @@
+"""`conductor mission ...`: start, run, watch, show, review, stop and cancel missions."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import getpass
+import json
+import sys
+from pathlib import Path
+
+from worker.config import WorkerConfig
+from worker.connection import connect
+from worker.ledger_view import render_ledger, render_progress
+from worker.mission_control import MissionControl, MissionSpecError, ReviewRefused, parse_spec
+from workflows.mission.ledger import MissionLedger
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    mission = subparsers.add_parser("mission", help="start and operate missions")
+    commands = mission.add_subparsers(dest="mission_command", required=True, metavar="COMMAND")
+
+    start = commands.add_parser("start", help="start a mission from a spec file; prints its id")
+    start.add_argument("spec", type=Path)
+    start.set_defaults(func=lambda args: _run(_start(args)))
+
+    run = commands.add_parser("run", help="start a mission and wait for its verdict; exit 0 only if it completed")
+    run.add_argument("spec", type=Path)
+    run.add_argument("--json", action="store_true", help="print the final ledger as JSON")
+    run.set_defaults(func=lambda args: _run(_run_mission(args)))
+
+    watch = commands.add_parser("watch", help="follow a mission's children until its verdict settles")
+    watch.add_argument("mission_id")
+    watch.set_defaults(func=lambda args: _run(_watch(args)))
+
+    show = commands.add_parser("show", help="print a mission's ledger")
+    show.add_argument("mission_id")
+    show.add_argument("--json", action="store_true")
+    show.set_defaults(func=lambda args: _run(_show(args)))
+
+    review = commands.add_parser("review", help="approve or reject a manual-review mission (audited)")
+    review.add_argument("mission_id")
+    decision = review.add_mutually_exclusive_group(required=True)
+    decision.add_argument("--approve", action="store_true")
+    decision.add_argument("--reject", action="store_true")
+    review.add_argument("--operator", default=None, help="who decides (default: the current user)")
+    review.add_argument("--reason", required=True)
+    review.set_defaults(func=lambda args: _run(_review(args)))
+
+    stop = commands.add_parser("stop", help="stop a mission's long-lived children and close it")
+    stop.add_argument("mission_id")
+    stop.set_defaults(func=lambda args: _run(_signal(args, "stop")))
+
+    cancel = commands.add_parser("cancel", help="cancel a mission: children, runtime tasks and admission")
+    cancel.add_argument("mission_id")
+    cancel.set_defaults(func=lambda args: _run(_signal(args, "cancel")))
+
+
+def _run(coroutine) -> int:
+    try:
+        return asyncio.run(coroutine)
+    except (MissionSpecError, ReviewRefused, ConnectionError) as error:
+        print(f"conductor: {error}", file=sys.stderr)
+        return 2 if isinstance(error, MissionSpecError) else 1
+
+
+def _load_spec(path: Path):
+    try:
+        data = json.loads(path.read_text())
+    except OSError as error:
+        raise MissionSpecError([f"cannot read {path}: {error.strerror}"]) from None
+    except json.JSONDecodeError as error:
+        raise MissionSpecError([f"{path} is not JSON: {error.msg} at line {error.lineno}"]) from None
+    return parse_spec(data)
+
+
+async def _control() -> MissionControl:
+    return MissionControl(await connect(), WorkerConfig.from_env().task_queue)
+
+
+async def _start(args: argparse.Namespace) -> int:
+    spec = _load_spec(args.spec)
+    control = await _control()
+    print(await control.start(spec))
+    return 0
+
+
+async def _run_mission(args: argparse.Namespace) -> int:
+    spec = _load_spec(args.spec)
+    control = await _control()
+    await control.start(spec)
+    if not args.json:
+        print(f"mission {spec.mission_id} started; waiting for its verdict", file=sys.stderr)
+    ledger = await control.wait_for_verdict(spec.mission_id)
+    _print_ledger(ledger, args.json)
+    return 0 if ledger.parent_state == "completed" else 1
+
+
+async def _watch(args: argparse.Namespace) -> int:
+    control = await _control()
+    ledger = await control.watch(args.mission_id, lambda ledger: print(render_progress(ledger), flush=True))
+    print(render_ledger(ledger))
+    return 0 if ledger.parent_state == "completed" else 1
+
+
+async def _show(args: argparse.Namespace) -> int:
+    control = await _control()
+    _print_ledger(await control.show(args.mission_id), args.json)
+    return 0
+
+
+async def _review(args: argparse.Namespace) -> int:
+    control = await _control()
+    operator = args.operator or getpass.getuser()
+    ledger = await control.review(args.mission_id, approve=args.approve, operator=operator, reason=args.reason)
+    print(render_ledger(ledger))
+    return 0
+
+
+async def _signal(args: argparse.Namespace, what: str) -> int:
+    control = await _control()
+    await (control.stop if what == "stop" else control.cancel)(args.mission_id)
+    print(f"{what} requested for mission {args.mission_id}")
+    return 0
+
+
+def _print_ledger(ledger: MissionLedger, as_json: bool) -> None:
+    if as_json:
+        print(ledger.model_dump_json(indent=2))
+    else:
+        print(render_ledger(ledger))
