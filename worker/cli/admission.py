@@ -1,13 +1,36 @@
-"""`conductor admission ...`: the admission engine's simulator (and, with a server, its live views)."""
+"""`conductor admission ...`: the admission engine's simulator and, with a server, its live views.
+
+The live commands (queue, leases, usage, audit, what-if, policy show/set) talk
+to the host group's AdmissionWorkflow through `worker.admission_live`; they
+print aligned tables for people and `--json` for scripts, and every failure is
+one line on stderr: exit 2 for a bad input file (nothing is sent), exit 1 when
+the server or the workflow cannot be reached.
+"""
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import getpass
 import json
+import os
 import sys
+from collections.abc import Awaitable, Callable
+from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
-from worker.simulator import TraceError, load_policy, simulate
+from pydantic import ValidationError
+
+from worker import admission_views as views
+from worker.admission_live import LiveAdmission, LiveError, open_client
+from worker.config import WorkerConfig
+from worker.simulator import TraceError, describe_validation_error, load_policy, simulate
+from workflows.admission.messages import LeaseRow, PolicyChange, QueueRow, UsageRow, WhatIf
+from workflows.admission.model import AdmissionPolicy, AdmissionRequest, AuditEvent
+
+# What a what-if request may leave out: it is never submitted, so these only need plausible values.
+WHAT_IF_DEFAULTS = {"orchestrator_id": "conductor-what-if", "queue_timeout_seconds": 3600}
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -26,6 +49,220 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     sim.add_argument("trace", help="trace file (JSON lines), or - for standard input")
     sim.add_argument("--audit", action="store_true", help="also print every audit event as {\"event\": ...}")
     sim.set_defaults(func=run_simulate)
+
+    queue = _live_parser(commands, "queue", "requests waiting for admission, in admission order",
+                         "Position, request, requester, priority, effective (aged) priority, how long it had "
+                         "waited at the workflow's last decision, and the limit it waits on.")
+    queue.add_argument("--limit", type=_positive_int, default=100, metavar="N", help="show at most N requests (default 100)")
+    queue.set_defaults(func=_live(run_queue))
+
+    leases = _live_parser(commands, "leases", "admitted requests and their leases",
+                          "Request, holder workflow, placement, lease revision and time until the lease expires "
+                          "unless renewed.")
+    leases.set_defaults(func=_live(run_leases))
+
+    usage = _live_parser(commands, "usage", "every limit: used / maximum",
+                         "Global, environment, provider, lane and runtime limits with current use.")
+    usage.set_defaults(func=_live(run_usage))
+
+    audit = _live_parser(commands, "audit", "recent admission events, oldest first",
+                         "The most recent audit events the workflow keeps in memory (the full history is in the "
+                         "worker's audit store).")
+    audit.add_argument("--limit", type=_positive_int, default=20, metavar="N", help="show the last N events (default 20)")
+    audit.set_defaults(func=_live(run_audit))
+
+    what_if = _live_parser(commands, "what-if", "what a request would get now, without submitting it",
+                           "REQUEST.json is an admission request: request_id, environment, provider, runtime_kind, "
+                           "priority, and optionally lane, preemptible, priority_class; orchestrator_id, "
+                           "submitted_at (now) and queue_timeout_seconds may be left out.")
+    what_if.add_argument("request", type=Path, metavar="REQUEST.json", help="request JSON file")
+    what_if.set_defaults(func=run_what_if)
+
+    policy = commands.add_parser("policy", help="show or change a host group's live admission policy")
+    policy_commands = policy.add_subparsers(dest="policy_command", required=True, metavar="COMMAND")
+    show = _live_parser(policy_commands, "show", "the policy the admission workflow applies now", "")
+    show.set_defaults(func=_live(run_policy_show))
+    change = policy_commands.add_parser(
+        "set",
+        help="replace the live policy (starting the admission workflow with it if none runs)",
+        description="Validate POLICY.json, then send it to the host group's admission workflow, which applies "
+        "it at its next decision (queued requests that now fit are admitted; requests that can never run are "
+        "denied). If no admission workflow runs there yet, one is started with this policy. Nothing is sent "
+        "if the file is invalid (exit 2).",
+    )
+    change.add_argument("--host-group", required=True, metavar="G", help="host group name")
+    change.add_argument("policy", type=Path, metavar="POLICY.json", help="policy JSON file")
+    change.add_argument("--operator", help="who is changing it, for the workflow's log (default: $USER)")
+    change.add_argument("--wait", type=float, default=10.0, metavar="SECONDS",
+                        help="wait this long for the workflow to confirm the change (default 10; 0: do not wait)")
+    change.set_defaults(func=run_policy_set)
+
+
+def _live_parser(commands: argparse._SubParsersAction, name: str, help: str, description: str) -> argparse.ArgumentParser:
+    parser = commands.add_parser(name, help=help, description=f"{help[0].upper()}{help[1:]}. {description}".strip())
+    parser.add_argument("--host-group", required=True, metavar="G", help="host group name")
+    parser.add_argument("--json", action="store_true", help="print JSON for scripts instead of a table")
+    return parser
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+# --- running: every live command is one asyncio.run, every failure one line ------------------------
+
+
+LiveCommand = Callable[[argparse.Namespace, LiveAdmission], Awaitable[int]]
+
+
+def _live(command: LiveCommand) -> Callable[[argparse.Namespace], int]:
+    def func(args: argparse.Namespace) -> int:
+        return _run_live(args.host_group, lambda live: command(args, live))
+    return func
+
+
+def _run_live(host_group: str, body: Callable[[LiveAdmission], Awaitable[int]]) -> int:
+    async def main() -> int:
+        return await body(LiveAdmission(await open_client(), host_group))
+
+    try:
+        return asyncio.run(main())
+    except LiveError as error:
+        print(f"conductor: {error}", file=sys.stderr)
+        return 1
+
+
+def _emit(args: argparse.Namespace, data: Any, table: str) -> None:
+    if args.json:
+        print(json.dumps(data, indent=2))
+    else:
+        print(table)
+
+
+async def run_queue(args: argparse.Namespace, live: LiveAdmission) -> int:
+    rows = await live.query("queue", args.limit + 1, result_type=list[QueueRow])
+    shown = rows[: args.limit]
+    table = views.queue_table(args.host_group, shown)
+    if len(rows) > args.limit:
+        table += f"\n(first {args.limit} shown; --limit N for more)"
+    _emit(args, views.as_json(shown), table)
+    return 0
+
+
+async def run_leases(args: argparse.Namespace, live: LiveAdmission) -> int:
+    rows = await live.query("leases", result_type=list[LeaseRow])
+    _emit(args, views.as_json(rows), views.leases_table(args.host_group, rows, datetime.now(timezone.utc)))
+    return 0
+
+
+async def run_usage(args: argparse.Namespace, live: LiveAdmission) -> int:
+    rows = await live.query("usage", result_type=list[UsageRow])
+    _emit(args, views.as_json(rows), views.usage_table(rows))
+    return 0
+
+
+async def run_audit(args: argparse.Namespace, live: LiveAdmission) -> int:
+    events = await live.query("audit", args.limit + 1, result_type=list[AuditEvent])
+    shown = events[-args.limit:]
+    table = views.audit_table(args.host_group, shown)
+    if len(events) > args.limit:
+        table += f"\n(last {args.limit} shown; --limit N for more)"
+    _emit(args, views.as_json(shown), table)
+    return 0
+
+
+async def run_policy_show(args: argparse.Namespace, live: LiveAdmission) -> int:
+    policy = await live.query("policy", result_type=AdmissionPolicy)
+    _emit(args, views.as_json(policy), views.policy_table(policy))
+    return 0
+
+
+def run_what_if(args: argparse.Namespace) -> int:
+    ok, data = _read_json(args.request, "request")
+    if not ok:
+        return 2
+    if not isinstance(data, dict):
+        print(f"conductor: invalid request {args.request}: (document): must be a JSON object", file=sys.stderr)
+        return 2
+    try:
+        request = AdmissionRequest.model_validate(
+            {**WHAT_IF_DEFAULTS, "submitted_at": datetime.now(timezone.utc), **data}
+        )
+    except ValidationError as error:
+        print(f"conductor: invalid request {args.request}: {describe_validation_error(error)}", file=sys.stderr)
+        return 2
+
+    async def body(live: LiveAdmission) -> int:
+        result = await live.query("what_if", request, result_type=WhatIf)
+        _emit(args, views.as_json(result), views.what_if_text(result))
+        return 0
+
+    return _run_live(args.host_group, body)
+
+
+def run_policy_set(args: argparse.Namespace) -> int:
+    ok, data = _read_json(args.policy, "policy")
+    if not ok:
+        return 2
+    try:
+        policy = load_policy(data)
+    except TraceError as error:
+        print(f"conductor: invalid policy {args.policy}: {error}", file=sys.stderr)
+        return 2
+    operator = (args.operator if args.operator is not None else _current_user()).strip()
+    if not operator:
+        print("conductor: --operator is empty: say who is changing the policy", file=sys.stderr)
+        return 2
+    try:
+        task_queue = WorkerConfig.from_env().task_queue
+    except Exception as error:  # e.g. a broken CONDUCTOR_ADMISSION_POLICY file: one line, not a traceback
+        print(f"conductor: cannot read the worker configuration from the environment: {error}", file=sys.stderr)
+        return 2
+    change = PolicyChange(operator=operator, policy=policy)
+
+    async def body(live: LiveAdmission) -> int:
+        started = await live.set_policy(task_queue, change)
+        what = (f"started the admission workflow for host group {args.host_group} with this policy"
+                if started else f"policy change for host group {args.host_group} sent")
+        if args.wait <= 0:
+            print(f"{what} (by {operator})")
+        elif await live.wait_for_policy(policy, args.wait):
+            print(f"{what} and applied (by {operator})")
+        else:
+            print(f"{what} (by {operator}); not applied within {args.wait:g}s: it takes effect when a conductor "
+                  f"worker on task queue {task_queue} runs the admission workflow")
+        return 0
+
+    return _run_live(args.host_group, body)
+
+
+def _read_json(path: Path, what: str) -> tuple[bool, Any]:
+    """(True, the file's JSON), or (False, None) after printing why it cannot be used."""
+    try:
+        return True, json.loads(path.read_text(encoding="utf-8"))
+    except OSError as error:
+        print(f"conductor: cannot read {what} {path}: {error.strerror}", file=sys.stderr)
+    except UnicodeDecodeError:
+        print(f"conductor: {what} {path} is not UTF-8 text", file=sys.stderr)
+    except json.JSONDecodeError as error:
+        print(f"conductor: {what} {path} is not JSON: {error.msg} at line {error.lineno}", file=sys.stderr)
+    return False, None
+
+
+def _current_user() -> str:
+    user = os.environ.get("USER")
+    if user:
+        return user
+    try:
+        return getpass.getuser()
+    except Exception:  # no USER and no passwd entry (some containers)
+        return "unknown"
 
 
 def run_simulate(args: argparse.Namespace) -> int:

@@ -1,0 +1,135 @@
+"""The operator's line to a host group's live AdmissionWorkflow: queries and policy changes.
+
+Everything that can go wrong between a terminal and the workflow (no server,
+no workflow, no worker answering, a workflow that has stopped) becomes one
+`LiveError` whose message says what is wrong and what to do, so the CLI can
+print a single line instead of a traceback.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+from typing import Any, TypeVar
+
+from temporalio.client import (
+    Client,
+    WorkflowExecutionStatus,
+    WorkflowHandle,
+    WorkflowQueryFailedError,
+    WorkflowQueryRejectedError,
+)
+from temporalio.common import QueryRejectCondition
+from temporalio.service import RPCError, RPCStatusCode
+
+from activities.admission import signal_with_start_admission
+from worker.connection import connect
+from workflows.admission.messages import PolicyChange, admission_workflow_id
+from workflows.admission.model import AdmissionPolicy
+
+T = TypeVar("T")
+
+# A query needs a worker to answer it; without one the server holds the call open, so bound it.
+QUERY_TIMEOUT = timedelta(seconds=15)
+RPC_TIMEOUT = timedelta(seconds=30)  # calls only the server answers (describe)
+
+
+class LiveError(Exception):
+    """A problem the operator can act on, worded as one line."""
+
+
+def missing_workflow(host_group: str) -> LiveError:
+    return LiveError(f"no admission workflow for host group {host_group} yet: nothing has asked for admission there")
+
+
+async def open_client() -> Client:
+    try:
+        return await connect()
+    except ConnectionError as error:
+        raise LiveError(str(error)) from None
+    except Exception as error:  # a broken profile file or TLS setting, say: still one line, never a traceback
+        raise LiveError(f"cannot set up the Temporal connection: {error}") from None
+
+
+class LiveAdmission:
+    """Queries and signals for one host group's admission workflow."""
+
+    def __init__(self, client: Client, host_group: str) -> None:
+        self.client = client
+        self.host_group = host_group
+
+    @property
+    def handle(self) -> WorkflowHandle[Any, Any]:
+        return self.client.get_workflow_handle(admission_workflow_id(self.host_group))
+
+    async def query(self, name: str, *args: object, result_type: type[T], timeout: timedelta | None = None) -> T:
+        try:
+            return await self.handle.query(
+                name, args=list(args), result_type=result_type,
+                # A stopped workflow still answers from its last state; saying so beats showing stale leases.
+                reject_condition=QueryRejectCondition.NOT_OPEN, rpc_timeout=timeout or QUERY_TIMEOUT,
+            )
+        except WorkflowQueryRejectedError as error:
+            status = error.status.name if error.status is not None else "CLOSED"
+            raise LiveError(
+                f"the admission workflow for host group {self.host_group} is not running ({status}); "
+                "the next request for admission there starts a new one"
+            ) from None
+        except WorkflowQueryFailedError as error:
+            raise LiveError(f"the admission workflow for host group {self.host_group} could not answer {name}: {error}") from None
+        except RPCError as error:
+            raise self._explain(error, f"the {name} query", needs_worker=True) from None
+
+    async def is_running(self) -> bool:
+        try:
+            description = await self.handle.describe(rpc_timeout=RPC_TIMEOUT)
+        except RPCError as error:
+            if error.status == RPCStatusCode.NOT_FOUND:
+                return False
+            raise self._explain(error, "describing the admission workflow") from None
+        return description.status == WorkflowExecutionStatus.RUNNING
+
+    async def set_policy(self, task_queue: str, change: PolicyChange) -> bool:
+        """Send `change`, starting the workflow with that policy if none runs; True if it was started."""
+        started = not await self.is_running()
+        try:
+            # Signal-with-start either way: if the workflow stopped or appeared since `is_running`,
+            # the change still lands exactly once, in whichever run is current.
+            await signal_with_start_admission(
+                self.client, task_queue, self.host_group, change.policy, "set_policy", change,
+            )
+        except RPCError as error:
+            raise self._explain(error, "sending the policy change") from None
+        return started
+
+    async def wait_for_policy(self, policy: AdmissionPolicy, within: float) -> bool:
+        """True once the workflow reports `policy` as current; False if it has not within `within` seconds."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + within
+        while True:
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                return False
+            try:
+                current = await self.query(
+                    "policy", result_type=AdmissionPolicy, timeout=timedelta(seconds=max(remaining, 0.5)),
+                )
+            except LiveError:
+                current = None  # no worker has picked it up yet
+            if current == policy:
+                return True
+            await asyncio.sleep(min(0.1, max(0.0, deadline - loop.time())))
+
+    def _explain(self, error: RPCError, doing: str, *, needs_worker: bool = False) -> LiveError:
+        if error.status == RPCStatusCode.NOT_FOUND:
+            return missing_workflow(self.host_group)
+        if error.status in (RPCStatusCode.DEADLINE_EXCEEDED, RPCStatusCode.CANCELLED):
+            if needs_worker:
+                return LiveError(
+                    f"the admission workflow for host group {self.host_group} did not answer {doing} "
+                    f"within {QUERY_TIMEOUT.total_seconds():g}s: is a conductor worker running on its task queue?"
+                )
+            return LiveError(f"Temporal did not answer {doing} in time: {error.message}")
+        if error.status == RPCStatusCode.UNAVAILABLE:
+            return LiveError(f"lost the connection to Temporal while {doing}: {error.message}")
+        return LiveError(f"Temporal refused {doing} for host group {self.host_group}: {error.message}")
