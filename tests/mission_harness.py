@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -27,6 +28,29 @@ class MissionHarness:
         self.suffix = suffix
         self.control = MissionControl(client, config.task_queue)
 
+    def cli_env(self) -> dict[str, str]:
+        """Environment that points the `conductor` CLI at this harness."""
+        return {
+            "TEMPORAL_ADDRESS": self.client.service_client.config.target_host,
+            "CONDUCTOR_TASK_QUEUE": self.config.task_queue,
+        }
+
+    async def admission_leases(self, host_group: str) -> list[str]:
+        from workflows.admission.messages import LeaseRow, admission_workflow_id
+
+        handle = self.client.get_workflow_handle(admission_workflow_id(host_group))
+        return [row.request_id for row in await handle.query("leases", result_type=list[LeaseRow])]
+
+    async def until(self, check, what: str, within: float = 30.0):
+        deadline = asyncio.get_running_loop().time() + within
+        while True:
+            value = await check()
+            if value:
+                return value
+            if asyncio.get_running_loop().time() > deadline:
+                raise AssertionError(f"timed out waiting for {what}; last value {value!r}")
+            await asyncio.sleep(0.1)
+
     def spec(self, mission: str, children: list[dict], **fields: object) -> dict:
         """A spec dict with ids unique to this test (the substrate is shared by the session)."""
         return {
@@ -40,8 +64,11 @@ class MissionHarness:
 
 
 @asynccontextmanager
-async def mission_harness(client: Client, substrate: RunningSubstrate, tmp_path: Path, policy: AdmissionPolicy = POLICY):
-    suffix = uuid.uuid4().hex[:8]
+async def mission_harness(
+    client: Client, substrate: RunningSubstrate, tmp_path: Path, policy: AdmissionPolicy = POLICY, suffix: str | None = None,
+):
+    """A worker for one test; pass the `suffix` of an earlier harness to restart "the same" worker."""
+    suffix = suffix or uuid.uuid4().hex[:8]
     config = WorkerConfig(
         data_dir=tmp_path, task_queue=f"tq-{suffix}", admission_policy=policy,
         fleet_url=substrate.base_url, executor_url=substrate.base_url,

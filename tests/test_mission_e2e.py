@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
-from temporalio.client import Client
+import asyncio
+import os
+
+import pytest
+from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError
 
 from activities.ledger_store import SqliteLedgerStore
 from tests.mission_harness import mission_harness
 from tests.substrate_fixtures import substrate, substrate_tasks  # noqa: F401  (fixture)
+from worker.cli import run as run_cli
 from worker.mission_control import parse_spec
 from workflows.workload.record import fleet_child_id
 
@@ -74,3 +79,121 @@ async def test_unroutable_child_fails_closed(dev_client: Client, substrate, tmp_
         assert ledger.parent_state == "operator-review-required"
         child = ledger.child("in-a-vm")
         assert child.observed_state == "operator-review-required" and "unroutable" in (child.note or "")
+
+
+def _alive(pid: object) -> bool:
+    if not isinstance(pid, int):
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+async def _children_running(h, mission_id: str, *child_ids: str):
+    """Every child dispatched (its task bound in the lineage) and not finished yet."""
+    ledger = await h.control.show(mission_id)
+    return all(
+        (child := ledger.child(cid)).lineage is not None and child.lineage.task_id is not None
+        and child.observed_state not in ("succeeded", "failed", "cancelled")
+        for cid in child_ids
+    )
+
+
+async def test_manual_review_approved_and_rejected_through_the_cli(dev_client: Client, substrate, tmp_path, monkeypatch, capsys):
+    async with mission_harness(dev_client, substrate, tmp_path) as h:
+        for key, value in h.cli_env().items():
+            monkeypatch.setenv(key, value)
+        specs = {
+            decision: parse_spec(h.spec(f"review-{decision}", [one_shot("only", "echo please review")],
+                                        aggregation={"mode": "manual-review"}))
+            for decision in ("approve", "reject")
+        }
+        for spec in specs.values():
+            await h.control.start(spec)
+        for decision, spec in specs.items():
+            await h.until(lambda: _awaiting(h, spec.mission_id), "awaiting-review")
+            code = await asyncio.to_thread(run_cli, [
+                "mission", "review", spec.mission_id, f"--{decision}", "--operator", "alice", "--reason", f"{decision} it",
+            ])
+            assert code == 0
+        capsys.readouterr()
+        approved = await h.control.handle(specs["approve"].mission_id).result()
+        rejected = await h.control.handle(specs["reject"].mission_id).result()
+        assert approved.parent_state == "completed" and rejected.parent_state == "failed"
+        assert approved.review.operator == "alice" and approved.review.decision == "approve"
+        assert rejected.review.reason == "reject it" and rejected.review.decided_at is not None
+        # A second decision is refused with a reason, through the CLI too.
+        code = await asyncio.to_thread(run_cli, [
+            "mission", "review", specs["approve"].mission_id, "--reject", "--operator", "bob", "--reason", "late",
+        ])
+        assert code == 1 and "conductor:" in capsys.readouterr().err
+
+
+async def _leases_if(h, host_group: str, count: int) -> list[str] | None:
+    leases = await h.admission_leases(host_group)
+    return leases if len(leases) == count else None
+
+
+async def _awaiting(h, mission_id: str) -> bool:
+    return (await h.control.show(mission_id)).parent_state == "awaiting-review"
+
+
+async def test_cancelled_mission_leaves_no_process_and_no_lease(dev_client: Client, substrate, tmp_path):
+    async with mission_harness(dev_client, substrate, tmp_path) as h:
+        spec = parse_spec(h.spec("cancel", [one_shot("long-1", "sleep 120"), one_shot("long-2", "sleep 120")]))
+        await h.control.start(spec)
+        await h.until(lambda: _children_running(h, spec.mission_id, "long-1", "long-2"), "children running")
+        pids = [task["pid"] for cid in ("long-1", "long-2")
+                for task in substrate_tasks(substrate, fleet_child_id(spec.mission_id, cid))]
+        assert all(_alive(pid) for pid in pids)
+        await h.control.cancel(spec.mission_id)
+        with pytest.raises(WorkflowFailureError):
+            await h.control.handle(spec.mission_id).result()
+        ledger = await h.control.show(spec.mission_id)
+        assert ledger.parent_state == "cancelled"
+        assert {ledger.child(cid).observed_state for cid in ("long-1", "long-2")} == {"cancelled"}
+        assert not any(_alive(pid) for pid in pids)
+        assert await h.admission_leases(spec.host_group) == []
+
+
+async def test_worker_restart_mid_mission_dispatches_nothing_twice(dev_client: Client, substrate, tmp_path):
+    children = [one_shot(f"c{i}", f"sleep 4; echo done-{i}") for i in range(3)]
+    async with mission_harness(dev_client, substrate, tmp_path) as h:
+        spec = parse_spec(h.spec("restart", children))
+        suffix = h.suffix
+        await h.control.start(spec)
+        await h.until(lambda: _children_running(h, spec.mission_id, "c0", "c1", "c2"), "children running")
+    # The worker is gone while the children run; a new one picks the mission up.
+    async with mission_harness(dev_client, substrate, tmp_path, suffix=suffix) as h:
+        final = await h.control.handle(spec.mission_id).result()
+        assert final.parent_state == "completed", final.aggregation.reason
+        for i in range(3):
+            assert final.child(f"c{i}").output.strip() == f"done-{i}"
+            assert len(substrate_tasks(substrate, fleet_child_id(spec.mission_id, f"c{i}"))) == 1
+
+
+async def test_long_lived_children_stay_supervised_after_the_verdict_until_stop(dev_client: Client, substrate, tmp_path):
+    async with mission_harness(dev_client, substrate, tmp_path) as h:
+        spec = parse_spec(h.spec("mixed", [
+            one_shot("report", "echo report ready"),
+            {"child_id": "api", "kind": "daemon", "prompt": "sleep 300"},
+            {"child_id": "agent", "kind": "persistent-agent", "prompt": "sleep 300"},
+            {"child_id": "collector", "kind": "scheduled-collector", "prompt": "echo sample", "schedule": "0 0 1 1 *"},
+        ], aggregation={"mode": "all-pass"}))
+        verdict = await h.control.run(spec)
+        assert verdict.parent_state == "completed", verdict.aggregation.reason
+        assert verdict.child("api").health == "healthy"
+        handle = h.control.handle(spec.mission_id)
+        assert (await handle.describe()).status == WorkflowExecutionStatus.RUNNING
+        # The one-shot gives its lease back; the long-lived keep theirs.
+        held = await h.until(lambda: _leases_if(h, spec.host_group, 3), "the one-shot's lease released")
+        assert sorted(held) == sorted(fleet_child_id(spec.mission_id, cid) for cid in ("agent", "api", "collector"))
+        await h.control.stop(spec.mission_id)
+        final = await handle.result()
+        assert final.parent_state == "completed"
+        for cid in ("api", "agent"):
+            tasks = substrate_tasks(substrate, fleet_child_id(spec.mission_id, cid))
+            assert len(tasks) == 1 and not _alive(tasks[0]["pid"])
+        assert await h.admission_leases(spec.host_group) == []

@@ -95,6 +95,8 @@ class MissionControl:
         except WorkflowUpdateFailedError as error:
             cause = error.cause
             raise ReviewRefused(getattr(cause, "message", None) or str(cause)) from None
+        except RPCError as error:
+            raise ReviewRefused(f"mission {mission_id} cannot take a review: {error.message}") from None
 
     async def stop(self, mission_id: str) -> None:
         await self.handle(mission_id).signal("stop")

@@ -17,7 +17,10 @@ from worker.process import exit_now
 SUBCOMMANDS = (
     "worker.cli.contract",
     "worker.cli.admission",
+    "worker.cli.mission",
     "worker.cli.substrate",
+    "worker.cli.dev",
+    "worker.cli.worker_cmd",
 )
 
 

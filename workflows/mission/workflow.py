@@ -113,9 +113,12 @@ class MissionWorkflow:
             await self._close("mission finished")
             await renewals  # give_back_everything (in _close) ends the renewal loop
             await workflow.wait_condition(workflow.all_handlers_finished)  # let wait_for_verdict answer
-        except asyncio.CancelledError:
-            # Cancelled from the CLI or the UI: stop children and runtime tasks, give back
-            # every request and lease, record why, then end as cancelled.
+        except BaseException as error:
+            # Cancelled from the CLI or the UI (the cancellation may surface through an activity
+            # or child it interrupted): stop children and runtime tasks, give back every request
+            # and lease, record why, then end as cancelled.
+            if isinstance(error, GeneratorExit) or not is_cancelled_exception(error):
+                raise
             self._ledger = aggregation.mark_cancelled(self._ledger)
             await asyncio.shield(asyncio.ensure_future(self._close("mission cancelled")))
             raise
