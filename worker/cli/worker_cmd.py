@@ -1,0 +1,85 @@
+"""`conductor worker`: one worker against an existing Temporal and substrate, until Ctrl-C.
+
+Temporal comes from environment configuration (worker/connection.py: profile file,
+TEMPORAL_ADDRESS, TEMPORAL_NAMESPACE, TLS, API key); the substrate from
+CONDUCTOR_SUBSTRATE_URL and its tokens from CONDUCTOR_FLEET_TOKEN / CONDUCTOR_EXECUTOR_TOKEN
+(or their `_FILE` variants). `conductor dev` prints the exports for its stack.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import sys
+from pathlib import Path
+
+from activities.credentials import MissingCredential, executor_token, fleet_token
+from worker.config import WorkerConfig
+from worker.connection import connect, connect_options
+from worker.signals import stop_requested
+from worker.worker import build_worker
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    worker = subparsers.add_parser(
+        "worker",
+        help="run a worker against an existing Temporal (envconfig) and substrate (CONDUCTOR_SUBSTRATE_URL)",
+        description="Temporal: TEMPORAL_ADDRESS / TEMPORAL_NAMESPACE / a profile. Substrate: CONDUCTOR_SUBSTRATE_URL, "
+        "tokens CONDUCTOR_FLEET_TOKEN and CONDUCTOR_EXECUTOR_TOKEN (or *_FILE). Options override the environment.",
+        allow_abbrev=False,
+    )
+    worker.add_argument("--profile", help="Temporal environment-configuration profile (default: TEMPORAL_PROFILE)")
+    worker.add_argument("--substrate-url", help="substrate base URL (default: CONDUCTOR_SUBSTRATE_URL)")
+    worker.add_argument("--task-queue", help="task queue (default: CONDUCTOR_TASK_QUEUE or mission-conductor)")
+    worker.add_argument("--data-dir", type=Path, help="audit and ledger stores (default: CONDUCTOR_DATA_DIR or .conductor)")
+    worker.set_defaults(func=run_worker)
+
+
+def _config(args: argparse.Namespace) -> WorkerConfig:
+    config = WorkerConfig.from_env()
+    changes: dict[str, object] = {}
+    if args.substrate_url:
+        changes.update(fleet_url=args.substrate_url, executor_url=args.substrate_url)
+    if args.task_queue:
+        changes["task_queue"] = args.task_queue
+    if args.data_dir:
+        changes["data_dir"] = args.data_dir
+    return dataclasses.replace(config, **changes)
+
+
+def run_worker(args: argparse.Namespace) -> int:
+    try:
+        config = _config(args)
+    except (OSError, ValueError) as error:
+        print(f"conductor worker: invalid configuration: {error}", file=sys.stderr)
+        return 2
+    return asyncio.run(_serve(config, args.profile))
+
+
+async def _serve(config: WorkerConfig, profile: str | None) -> int:
+    with stop_requested() as stop:
+        options = connect_options(profile)
+        try:
+            client = await connect(profile)
+        except ConnectionError as error:
+            print(f"conductor worker: {error}", file=sys.stderr)
+            return 1
+        try:
+            fleet_token()
+            executor_token()
+        except MissingCredential as error:
+            # The worker still runs workflows that need no substrate; fleet activities will fail with this.
+            print(f"conductor worker: warning: substrate activities will fail: {error}", file=sys.stderr)
+        config.data_dir.mkdir(parents=True, exist_ok=True)
+        async with build_worker(client, config):
+            print(
+                f"conductor worker: polling task queue {config.task_queue} on {options['target_host']} "
+                f"(namespace {options['namespace']}); substrate {config.fleet_url}; data {config.data_dir}. "
+                "Ctrl-C to stop.",
+                flush=True,
+            )
+            await stop.wait()
+            print("conductor worker: stopping ...", flush=True)
+    print("conductor worker: stopped", flush=True)
+    return 0
