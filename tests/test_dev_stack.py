@@ -245,8 +245,9 @@ async def test_a_taken_port_is_refused_naming_the_option_and_nothing_starts(
         holder.bind(("127.0.0.1", 0))
         holder.listen()
         port = holder.getsockname()[1]
-        with pytest.raises(PortInUse) as refused:
+        with pytest.raises(StackError) as refused:
             await DevStack(tmp_path, **{**FREE_PORTS, argument: port}).start()
+    assert isinstance(refused.value.__cause__, PortInUse)
     message = str(refused.value)
     assert f"127.0.0.1:{port}" in message and option in message and what in message
     assert not (tmp_path / "temporal.log").exists()  # refused before starting the server

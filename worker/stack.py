@@ -55,7 +55,7 @@ LOCK_FILE = "dev.lock"
 
 
 class StackError(RuntimeError):
-    """The stack cannot start as asked; the message says what to change."""
+    """The stack cannot start as asked; the message says what to change (the cause is chained)."""
 
 
 @contextlib.contextmanager
@@ -84,7 +84,8 @@ def _worker_environment(variables: Mapping[str, str], remove: Sequence[str]) -> 
 class DevStack:
     """Temporal dev server, local substrate and an in-process worker sharing one data directory.
 
-    Ports are taken as given (a taken port is a `StackError` naming the option to change);
+    `start()` raises `StackError` for anything the operator can fix (the original error chained):
+    ports are taken as given (a taken port is refused, naming the option that changes it);
     0 picks a free one. `run_worker=False` starts only the servers (e.g. to run `conductor
     worker` against them).
     """
@@ -205,8 +206,12 @@ class DevStack:
         self._exit = contextlib.AsyncExitStack()
         try:
             await self._start(self._exit)
-        except BaseException:
+        except BaseException as error:
             await self.stop()
+            # One exception type for callers (`conductor dev`, the demo): a taken port, a server that
+            # died while starting, an unreadable token file; the message already says what to do.
+            if isinstance(error, (RuntimeError, OSError)) and not isinstance(error, StackError):
+                raise StackError(str(error)) from error
             raise
 
     async def stop(self) -> None:

@@ -8,9 +8,6 @@ import shlex
 import sys
 from pathlib import Path
 
-from activities.credentials import MissingCredential
-from worker.devserver import DevServerError
-from worker.ports import PortInUse
 from worker.signals import stop_requested
 from worker.stack import (
     DEFAULT_DATA_DIR,
@@ -63,7 +60,7 @@ async def _serve(stack: DevStack) -> int:
         print(f"conductor dev: starting in {stack.data_dir} ...", flush=True)
         try:
             await stack.start()
-        except (StackError, PortInUse, DevServerError, MissingCredential, RuntimeError) as error:
+        except StackError as error:
             print(f"conductor dev: {error}", file=sys.stderr)
             return 1
         try:
