@@ -10,7 +10,9 @@ from pathlib import Path
 from workflows.admission.messages import ADMISSION_TASK_QUEUE
 from workflows.admission.model import AdmissionPolicy
 
-DEFAULT_POLICY = AdmissionPolicy(max_concurrent=8, lease_ttl_seconds=60)
+# The local substrate isolates workloads as host processes; the engine serialises the `host`
+# tier unless told otherwise, so the default policy lets a laptop run eight at once.
+DEFAULT_POLICY = AdmissionPolicy(max_concurrent=8, runtime_quotas={"host": 8}, lease_ttl_seconds=60)
 # The bundled local substrate's default address; both planes share it (tokens differ).
 DEFAULT_SUBSTRATE_URL = "http://127.0.0.1:8787"
 

@@ -21,6 +21,7 @@ SUBCOMMANDS = (
     "worker.cli.substrate",
     "worker.cli.dev",
     "worker.cli.worker_cmd",
+    "worker.cli.demo",
 )
 
 

@@ -1,0 +1,111 @@
+"""`conductor demo`: the embedded stack and a sample mission, watched live.
+
+What a new user sees first, so it must work on a fresh machine with nothing but
+the package installed: it starts the Temporal dev server (with its Web UI), the
+local substrate and a worker, runs the bundled mission (one child of each
+workload kind, quorum of three), shows its progress, prints the verdict and the
+ledger, then stops the mission's long-lived children and the stack, unless
+`--keep` asks it to stay up for exploring the UI.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import time
+from importlib import resources
+from pathlib import Path
+
+from worker.ledger_view import render_ledger, render_progress
+from worker.mission_control import MissionControl, parse_spec
+from worker.stack import DEFAULT_DATA_DIR, DevStack, StackError
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    demo = subparsers.add_parser("demo", help="start the embedded stack and run a sample mission, watched live")
+    demo.add_argument("--data-dir", type=Path, default=DEFAULT_DATA_DIR)
+    demo.add_argument("--keep", action="store_true", help="stay up after the verdict (Ctrl-C to stop)")
+    demo.add_argument("--spec", type=Path, default=None, help="run this mission spec instead of the bundled one")
+    demo.add_argument("--port", type=int, default=7233, help="Temporal gRPC port (0 picks a free one)")
+    demo.add_argument("--ui-port", type=int, default=8233, help="Temporal Web UI port (0 picks a free one)")
+    demo.add_argument("--substrate-port", type=int, default=8787, help="local substrate port (0 picks a free one)")
+    demo.set_defaults(func=run_demo)
+
+
+def _bundled_spec() -> dict:
+    return json.loads(resources.files("worker.examples").joinpath("mission.json").read_text())
+
+
+def _quiet_core_logs() -> None:
+    """The SDK core's warnings (e.g. a heartbeat landing after a cancel) are noise in a demo."""
+    from temporalio.runtime import LoggingConfig, Runtime, TelemetryConfig, TelemetryFilter
+
+    Runtime.set_default(
+        Runtime(telemetry=TelemetryConfig(logging=LoggingConfig(filter=TelemetryFilter(core_level="ERROR", other_level="ERROR")))),
+        error_if_already_set=False,
+    )
+
+
+def run_demo(args: argparse.Namespace) -> int:
+    _quiet_core_logs()
+    data = json.loads(args.spec.read_text()) if args.spec else _bundled_spec()
+    # A fresh id per run, so the demo can be run again on the same data directory.
+    data["mission_id"] = f"{data['mission_id']}-{time.strftime('%Y%m%d-%H%M%S')}"
+    spec = parse_spec(data)
+    try:
+        return asyncio.run(_demo(args, spec))
+    except StackError as error:
+        print(f"conductor: {error}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+
+
+async def _demo(args: argparse.Namespace, spec) -> int:
+    say = lambda text="": print(text, flush=True)  # noqa: E731
+    say("starting the embedded stack: Temporal dev server + Web UI, local substrate, worker ...")
+    async with DevStack(args.data_dir, temporal_port=args.port, ui_port=args.ui_port, substrate_port=args.substrate_port) as stack:
+        control = MissionControl(stack.client, stack.task_queue)
+        say(f"  Temporal       {stack.temporal_address}")
+        say(f"  Web UI         {stack.ui_url}")
+        say(f"  substrate      {stack.substrate_url}")
+        say(f"  data           {stack.data_dir}")
+        say()
+        say(f"mission {spec.mission_id}: {spec.goal}")
+        await control.start(spec)
+        ledger = await control.watch(spec.mission_id, lambda ledger: say(render_progress(ledger)))
+        verdict = ledger.parent_state
+        # The verdict can settle before every one-shot child has finished: let them finish
+        # (they are not stopped by a verdict), so the ledger shows their outputs.
+        ledger = await _one_shots_finished(control, spec.mission_id, say, shown=ledger.snapshot_seq)
+        say()
+        say(render_ledger(ledger))
+        say()
+        say(f"verdict: {verdict}. See it in the UI: {stack.ui_url}/namespaces/default/workflows/mission:{spec.mission_id}")
+        if args.keep:
+            say("staying up (--keep); long-lived children stay supervised. Ctrl-C stops everything.")
+            try:
+                await asyncio.Event().wait()
+            except asyncio.CancelledError:
+                pass
+        say(f"stopping mission {spec.mission_id} (its daemon, agent and collector) and the stack ...")
+        await control.stop(spec.mission_id)
+        final = await control.handle(spec.mission_id).result()
+        say(f"mission closed: {final.parent_state}; {len(final.children)} children stopped, leases released")
+        return 0 if verdict == "completed" else 1
+
+
+async def _one_shots_finished(control: MissionControl, mission_id: str, say, *, shown: int, within: float = 60.0):
+    deadline = asyncio.get_running_loop().time() + within
+    last_seq = shown
+    while True:
+        ledger = await control.show(mission_id)
+        if ledger.snapshot_seq != last_seq:
+            last_seq = ledger.snapshot_seq
+            say(render_progress(ledger))
+        running = [c for c in ledger.children if c.kind == "one-shot-command" and c.outcome == "pending"]
+        if not running or asyncio.get_running_loop().time() > deadline:
+            return ledger
+        await asyncio.sleep(0.5)
