@@ -128,7 +128,7 @@ class Rec:
     def to_model(self) -> AdmissionRecord:
         # model_construct: every value here was validated when the request entered.
         return AdmissionRecord.model_construct(
-            **dict(self.request),
+            **self.request.__dict__,
             state=self.state,
             revision=self.revision,
             reason=self.reason,
@@ -238,6 +238,12 @@ class EngineState:
     deadline_heap: list[tuple[int, str]] = field(default_factory=list)
     terminal_fifo: deque[tuple[int, str]] = field(default_factory=deque)
     preemptible_admitted: set[str] = field(default_factory=set)
+    # Limits per class under the current policy (cleared by `_install_policy`).
+    limits_cache: dict[ClassKey, list[tuple[str, str, int]]] = field(default_factory=dict)
+    # True once an admission pass found nothing to do; any change that could let something
+    # in (capacity freed, a request queued, a policy change) clears it. With preemption on,
+    # time alone can change the answer, so the pass also records the time it ran at.
+    settled_at_us: int | None = None
     # Derived policy values in microseconds, refreshed by `_install_policy`.
     lease_ttl_us: int = 0
     aging_us: int = 1
@@ -259,6 +265,8 @@ def _install_policy(state: EngineState, policy: AdmissionPolicy) -> None:
     state.lease_ttl_us = _seconds_to_micros(policy.lease_ttl_seconds)
     state.aging_us = max(1, _seconds_to_micros(policy.aging_interval_seconds))
     state.retention_us = _seconds_to_micros(policy.terminal_retention_seconds)
+    state.limits_cache = {}
+    state.settled_at_us = None
 
 
 def effective_priority(state: EngineState, rec: Rec, now_us: int | None = None) -> int:
@@ -314,13 +322,20 @@ def _shares(victim: Rec, kind: str, key: ClassKey) -> bool:
     return victim.lane == key[3]
 
 
+def _class_limits(state: EngineState, key: ClassKey) -> list[tuple[str, str, int]]:
+    limits = state.limits_cache.get(key)
+    if limits is None:
+        limits = state.limits_cache[key] = _limits(state.policy, key)
+    return limits
+
+
 def blocking_limits(state: EngineState, key: ClassKey, without: Rec | None = None) -> list[tuple[str, str, int, int]]:
     """Every limit a class would exceed now, as (kind, label, used, limit); empty if it fits.
 
     `without` answers "would it fit if this admitted request were gone?"
     """
     blocked = []
-    for kind, label, limit in _limits(state.policy, key):
+    for kind, label, limit in _class_limits(state, key):
         used = _used(state.usage, kind, key)
         if without is not None and _shares(without, kind, key):
             used -= 1
@@ -331,8 +346,7 @@ def blocking_limits(state: EngineState, key: ClassKey, without: Rec | None = Non
 
 def _fits(state: EngineState, key: ClassKey, without: Rec | None = None) -> bool:
     usage = state.usage
-    policy = state.policy
-    for kind, _label, limit in _limits(policy, key):
+    for kind, _label, limit in _class_limits(state, key):
         used = _used(usage, kind, key)
         if without is not None and _shares(without, kind, key):
             used -= 1
@@ -413,6 +427,7 @@ def _enqueue(state: EngineState, rec: Rec, deadline_us: int) -> None:
         queue_class = state.classes[rec.class_key] = QueueClass(rec.class_key)
     queue_class.add(rec)
     heapq.heappush(state.deadline_heap, (deadline_us, rec.request_id))
+    state.settled_at_us = None
 
 
 def _dequeue(state: EngineState, rec: Rec) -> None:
@@ -440,6 +455,7 @@ def _vacate(state: EngineState, rec: Rec) -> None:
     """Take an admitted request out of the admitted set and give its capacity back."""
     del state.admitted[rec.request_id]
     state.usage.add(rec, -1)
+    state.settled_at_us = None
     state.preemptible_admitted.discard(rec.request_id)
 
 
@@ -513,11 +529,16 @@ def _drop_expired_terminal(state: EngineState) -> None:
 
 
 def _admission_loop(state: EngineState, changes: _Changes) -> None:
+    if state.settled_at_us is not None and (
+        not state.policy.allow_preemption or state.settled_at_us == state.now_us
+    ):
+        return  # nothing that could admit anything has changed since the last pass
     while state.classes:
         if _admit_best_fitting(state, changes):
             continue
         if not _override_or_preempt(state, changes):
-            return
+            break
+    state.settled_at_us = state.now_us
 
 
 def _admit_best_fitting(state: EngineState, changes: _Changes) -> bool:

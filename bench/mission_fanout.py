@@ -1,0 +1,120 @@
+"""Mission fan-out: 100 one-shot children through the whole stack vs. 100 no-op child workflows.
+
+    .venv/bin/python bench/mission_fanout.py [--children 100] [--rounds 3]
+
+One process, one dev server, one worker. The ceiling is one parent workflow that
+starts N no-op child workflows and waits for them: the least a fan-out of N costs
+on this server. The mission does everything for real: planning, one admission
+batch, N WorkloadWorkflows each admitting a fleet record over HTTP, dispatching an
+A2A task, a local process running, and the observations folded into the ledger.
+Children run `date +%s.%N` (as trivial as `true`, and it says when its task ran),
+so "mission start to task running" is measured from the children's own clocks.
+Figures are medians over rounds, printed as ratios (these machines are noisy).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import secrets
+import statistics
+import sys
+import tempfile
+import time
+from datetime import timedelta
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from temporalio.contrib.pydantic import pydantic_data_converter  # noqa: E402
+from temporalio.testing import WorkflowEnvironment  # noqa: E402
+
+from activities.fleet import FleetActivities  # noqa: E402
+from substrate.server import spawn  # noqa: E402
+from worker.binaries import temporal_cli  # noqa: E402
+from worker.config import WorkerConfig  # noqa: E402
+from worker.mission_control import MissionControl, parse_spec  # noqa: E402
+from worker.process import exit_now  # noqa: E402
+from worker.worker import build_worker  # noqa: E402
+from workflows.admission.model import AdmissionPolicy  # noqa: E402
+from workflows.mission.search import SEARCH_ATTRIBUTES  # noqa: E402
+
+from fanout_workflows import FanoutParent, NoopChild  # noqa: E402  (bench/, beside this file)
+
+
+async def ceiling(client, task_queue: str, children: int, tag: str) -> float:
+    started = time.perf_counter()
+    await client.execute_workflow(FanoutParent.run, children, id=f"fanout-{tag}", task_queue=task_queue,
+                                  execution_timeout=timedelta(minutes=10))
+    return time.perf_counter() - started
+
+
+async def mission(control: MissionControl, children: int, tag: str) -> tuple[float, list[float]]:
+    spec = parse_spec({
+        "mission_id": f"fanout-{tag}", "orchestrator_id": "bench", "goal": "fan-out benchmark",
+        "host_group": f"bench-{tag}", "require_distinct_targets": False,
+        "children": [
+            {"child_id": f"c{i:03d}", "kind": "one-shot-command", "prompt": "date +%s.%N"} for i in range(children)
+        ],
+    })
+    started_wall = time.time()
+    started = time.perf_counter()
+    await control.start(spec)
+    ledger = await control.handle(spec.mission_id).result()
+    elapsed = time.perf_counter() - started
+    if ledger.parent_state != "completed":
+        raise SystemExit(f"mission {spec.mission_id} ended {ledger.parent_state}: {ledger.aggregation.reason}")
+    to_running = [float(child.output.strip()) - started_wall for child in ledger.children]
+    return elapsed, to_running
+
+
+async def main(children: int, rounds: int) -> None:
+    fleet_token, executor_token = secrets.token_urlsafe(24), secrets.token_urlsafe(24)
+    with tempfile.TemporaryDirectory() as scratch:
+        env = await WorkflowEnvironment.start_local(
+            data_converter=pydantic_data_converter, dev_server_existing_path=temporal_cli(),
+            search_attributes=SEARCH_ATTRIBUTES, ui=False,
+        )
+        try:
+            # Its own process, as in production: the worker should not share a GIL with the substrate.
+            with spawn(Path(scratch) / "substrate", fleet_token, executor_token, instances=8) as substrate:
+                fleet = FleetActivities(substrate.base_url, substrate.base_url, fleet_token, executor_token)
+                config = WorkerConfig(
+                    data_dir=Path(scratch), task_queue="bench",
+                    admission_policy=AdmissionPolicy(max_concurrent=children, runtime_quotas={"host": children}),
+                    fleet_url=substrate.base_url, executor_url=substrate.base_url,
+                )
+                async with build_worker(env.client, config, fleet=fleet, extra_workflows=[NoopChild, FanoutParent],
+                                        max_concurrent_activities=200):
+                    control = MissionControl(env.client, "bench")
+                    await ceiling(env.client, "bench", 10, "warmup")
+                    await mission(control, 10, "warmup")
+                    ceilings, missions, to_running = [], [], []
+                    for round_ in range(rounds):
+                        ceilings.append(await ceiling(env.client, "bench", children, f"r{round_}"))
+                        elapsed, running = await mission(control, children, f"r{round_}")
+                        missions.append(elapsed)
+                        to_running.extend(running)
+                        print(f"round {round_ + 1}: ceiling {ceilings[-1]:.2f} s, mission {elapsed:.2f} s", flush=True)
+                await fleet.aclose()
+        finally:
+            await env.shutdown()
+    c, m = statistics.median(ceilings), statistics.median(missions)
+    print()
+    print(f"{'children':<34}{children}")
+    print(f"{'ceiling: parent + no-op children':<34}{c:.2f} s (median of {rounds})")
+    print(f"{'mission through the whole stack':<34}{m:.2f} s (median of {rounds})")
+    print(f"{'ratio mission / ceiling':<34}{m / c:.2f}x (target <= 4x)")
+    print(f"{'mission start -> task running':<34}median {statistics.median(to_running):.2f} s, "
+          f"p90 {statistics.quantiles(to_running, n=10)[-1]:.2f} s")
+    print(f"RESULT children={children} ceiling_s={c:.2f} mission_s={m:.2f} ratio={m / c:.2f} "
+          f"start_to_running_median_s={statistics.median(to_running):.2f}")
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--children", type=int, default=100)
+    parser.add_argument("--rounds", type=int, default=3)
+    options = parser.parse_args()
+    asyncio.run(main(options.children, options.rounds))
+    exit_now(0)
