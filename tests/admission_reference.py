@@ -1,0 +1,361 @@
+"""A deliberately naive reference implementation of docs/admission-engine.md.
+
+It is the oracle the property tests compare `workflows.admission.engine` against, so
+it trades every bit of speed for being obviously right: records live in a plain dict,
+the whole queue is re-sorted on every decision, every count is a linear scan, and all
+time arithmetic is exact `datetime`/`timedelta` (integer microseconds; aging uses
+`timedelta // timedelta`). It produces the engine's boundary models
+(`AdmissionRecord`, `Snapshot`, `AuditEvent`, `OpResult`) with the same public shape:
+`new_state(policy)` and `apply(state, op, now) -> (state, result, events)`.
+
+Reasons, event `policy` / `related_request_id` / `from_state` follow the spec's tables.
+Choices where the spec is silent (written down so the engine can be held to them):
+- admission (plain, by override or by preemption) keeps `queue_deadline`; finishing keeps
+  `admitted_at` and `lease_expires_at` (only displacement clears them);
+- a result's record is the record after the final tick, or its last version if that tick
+  dropped it (terminal_retention_seconds 0); error results carry no record;
+- both ticks run even when the operation fails, and the clamped clock advances on every call;
+- float seconds become whole microseconds the way `timedelta(seconds=...)` rounds them (the
+  spec does not say; sub-microsecond inputs may round differently elsewhere).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Callable
+
+from workflows.admission.model import (
+    LANE_OVERRIDE_POLICY,
+    PREEMPTION_POLICY,
+    QUOTA_POLICY,
+    TERMINAL_STATES,
+    AdmissionPolicy,
+    AdmissionRecord,
+    AdmissionRequest,
+    AuditEvent,
+    Cancel,
+    OpError,
+    OpResult,
+    QueueEntry,
+    Reconcile,
+    Release,
+    Renew,
+    SetPolicy,
+    Snapshot,
+    Submit,
+    TakeSnapshot,
+)
+
+CLASS_RANK = {"P0": 0, "P1": 1, "P2": 2, "P3": 3}  # P0 highest ... P3 lowest
+
+
+@dataclass
+class RefState:
+    policy: AdmissionPolicy
+    records: dict[str, AdmissionRecord] = field(default_factory=dict)
+    revision: int = 0
+    clock: datetime | None = None
+
+
+def new_state(policy: AdmissionPolicy) -> RefState:
+    return RefState(policy=policy)
+
+
+def seconds(value: float) -> timedelta:
+    """Policy/request durations are float seconds; timedelta rounds them to whole microseconds."""
+    return timedelta(seconds=value)
+
+
+# --- one operation's context: the clamped time, the events emitted, records dropped ---------------
+
+
+@dataclass
+class _Op:
+    state: RefState
+    now: datetime
+    events: list[AuditEvent] = field(default_factory=list)
+    dropped: dict[str, AdmissionRecord] = field(default_factory=dict)
+
+    @property
+    def policy(self) -> AdmissionPolicy:
+        return self.state.policy
+
+    def emit(self, type_: str, request_id: str | None, from_state: str | None, to_state: str | None,
+             reason: str, related: str | None = None, policy: str | None = None) -> None:
+        self.state.revision += 1
+        self.events.append(AuditEvent(
+            seq=self.state.revision, type=type_, at=self.now, request_id=request_id,
+            from_state=from_state, to_state=to_state, reason=reason,
+            related_request_id=related, policy=policy,
+        ))
+
+    def create(self, request: AdmissionRequest, event: str, policy: str | None = None, **fields: object) -> None:
+        record = AdmissionRecord(**request.model_dump(), revision=1, **fields)
+        self.state.records[record.request_id] = record
+        self.emit(event, record.request_id, None, record.state, record.reason, policy=policy)
+
+    def change(self, request_id: str, event: str, related: str | None = None, policy: str | None = None,
+               **updates: object) -> None:
+        old = self.state.records[request_id]
+        new = old.model_copy(update={**updates, "revision": old.revision + 1})
+        self.state.records[request_id] = new
+        self.emit(event, request_id, old.state, new.state, new.reason, related, policy)
+
+
+# --- capacity -------------------------------------------------------------------------------------
+
+
+def limits(policy: AdmissionPolicy, r: AdmissionRecord | AdmissionRequest) -> list[tuple[str, str, int, Callable[[AdmissionRecord], bool]]]:
+    """The applicable limits of r in `fits` order: (kind, label, limit, 'counts against it')."""
+    out: list[tuple[str, str, int, Callable[[AdmissionRecord], bool]]] = [
+        ("global", "global", policy.max_concurrent, lambda a: True)
+    ]
+    if r.environment in policy.environment_quotas:
+        out.append(("environment", f"environment {r.environment}", policy.environment_quotas[r.environment],
+                    lambda a: a.environment == r.environment))
+    if r.provider in policy.provider_quotas:
+        out.append(("provider", f"provider {r.provider}", policy.provider_quotas[r.provider],
+                    lambda a: a.provider == r.provider))
+    if r.runtime_kind in policy.runtime_quotas:
+        runtime_limit: int | None = policy.runtime_quotas[r.runtime_kind]
+    elif r.runtime_kind == "host":
+        runtime_limit = policy.default_host_quota
+    else:
+        runtime_limit = None
+    if runtime_limit is not None:
+        out.append(("runtime", f"runtime {r.runtime_kind}", runtime_limit,
+                    lambda a: a.runtime_kind == r.runtime_kind))
+    if r.lane is not None and r.lane in policy.lane_wip_limits:
+        out.append(("lane", f"lane {r.lane}", policy.lane_wip_limits[r.lane], lambda a: a.lane == r.lane))
+    return out
+
+
+def binding(policy: AdmissionPolicy, r: AdmissionRecord, admitted: list[AdmissionRecord]) -> tuple[str, str] | None:
+    """(kind, 'label used/limit') of the first limit r does not fit, or None when it fits."""
+    for kind, label, limit, counts in limits(policy, r):
+        used = sum(1 for a in admitted if counts(a))
+        if used >= limit:
+            return kind, f"{label} {used}/{limit}"
+    return None
+
+
+def never_runs(policy: AdmissionPolicy, r: AdmissionRecord | AdmissionRequest) -> str | None:
+    """The denial reason when some applicable limit is 0, else None."""
+    names = {
+        "global": lambda: "max_concurrent is 0",
+        "environment": lambda: f"environment quota for {r.environment} is 0",
+        "provider": lambda: f"provider quota for {r.provider} is 0",
+        "runtime": lambda: f"runtime quota for {r.runtime_kind} is 0",
+        "lane": lambda: f"lane WIP limit for {r.lane} is 0",
+    }
+    for kind, _label, limit, _counts in limits(policy, r):
+        if limit == 0:
+            return f"{names[kind]()}: this request can never run"
+    return None
+
+
+# --- order ----------------------------------------------------------------------------------------
+
+
+def eff(policy: AdmissionPolicy, r: AdmissionRecord, now: datetime) -> int:
+    age = max(timedelta(0), now - r.submitted_at)
+    return r.priority + age // seconds(policy.aging_interval_seconds)
+
+
+def queue(op: _Op) -> list[AdmissionRecord]:
+    queued = [r for r in op.state.records.values() if r.state == "queued"]
+    return sorted(queued, key=lambda r: (-eff(op.policy, r, op.now), r.submitted_at, r.request_id))
+
+
+def admitted(op: _Op) -> list[AdmissionRecord]:
+    return [r for r in op.state.records.values() if r.state == "admitted"]
+
+
+# --- tick and admission loop ----------------------------------------------------------------------
+
+
+def tick(op: _Op) -> None:
+    now, policy = op.now, op.policy
+    for rid, r in list(op.state.records.items()):
+        if r.state in TERMINAL_STATES and r.finished_at + seconds(policy.terminal_retention_seconds) <= now:
+            op.dropped[rid] = r
+            del op.state.records[rid]
+    expired = [r for r in admitted(op) if r.lease_expires_at <= now]
+    for r in sorted(expired, key=lambda r: (r.lease_expires_at, r.request_id)):
+        op.change(r.request_id, "timed-out", state="timed-out", finished_at=now,
+                  reason="admission lease expired; capacity recovered")
+    overdue = [r for r in op.state.records.values() if r.state == "queued" and r.queue_deadline <= now]
+    for r in sorted(overdue, key=lambda r: (r.queue_deadline, r.request_id)):
+        op.change(r.request_id, "timed-out", state="timed-out", finished_at=now, reason="queue deadline elapsed")
+    admission_loop(op)
+
+
+def admit(op: _Op, r: AdmissionRecord, related: str | None = None, policy: str | None = None) -> None:
+    op.change(r.request_id, "admitted", related, policy, state="admitted", reason="admitted",
+              admitted_at=op.now, lease_expires_at=op.now + seconds(op.policy.lease_ttl_seconds),
+              lease_revision=r.lease_revision + 1)
+
+
+def admission_loop(op: _Op) -> None:
+    while True:
+        running = admitted(op)
+        waiting = queue(op)
+        fitting = [r for r in waiting if binding(op.policy, r, running) is None]
+        if fitting:
+            admit(op, fitting[0])
+            continue
+        if not any(try_lane_override(op, r) or try_preemption(op, r) for r in waiting):
+            return
+
+
+def try_lane_override(op: _Op, r: AdmissionRecord) -> bool:
+    policy = op.policy
+    pa = policy.priority_admission
+    if not pa.enabled or r.priority_class not in pa.override_priorities:
+        return False
+    if r.lane is None or r.lane not in policy.lane_wip_limits:
+        return False
+    running = admitted(op)
+    bound = binding(policy, r, running)
+    if bound is None or bound[0] != "lane":
+        return False  # lane is checked last, so a lane binding means every other limit fits
+    victims = [a for a in running if a.lane == r.lane and CLASS_RANK[a.priority_class] > CLASS_RANK[r.priority_class]]
+    if not victims:
+        return False
+    victim = max(victims, key=lambda a: (CLASS_RANK[a.priority_class], a.admitted_at, a.request_id))
+    if binding(policy, r, [a for a in running if a.request_id != victim.request_id]) is not None:
+        return False
+    op.change(victim.request_id, "displaced", r.request_id, LANE_OVERRIDE_POLICY,
+              state="queued", admitted_at=None, lease_expires_at=None,
+              queue_deadline=op.now + seconds(victim.queue_timeout_seconds),
+              reason=f"displaced by {r.request_id} ({LANE_OVERRIDE_POLICY})")
+    admit(op, op.state.records[r.request_id], victim.request_id, LANE_OVERRIDE_POLICY)
+    return True
+
+
+def try_preemption(op: _Op, r: AdmissionRecord) -> bool:
+    policy = op.policy
+    if not policy.allow_preemption:
+        return False
+    running = admitted(op)
+    e_r = eff(policy, r, op.now)
+    victims = [
+        v for v in running
+        if v.preemptible
+        and eff(policy, v, op.now) + policy.preemption_margin < e_r
+        and binding(policy, r, [a for a in running if a.request_id != v.request_id]) is None
+    ]
+    if not victims:
+        return False
+    # (eff ascending, submitted_at descending, request_id descending), by stable sorts from the last key.
+    victims.sort(key=lambda v: v.request_id, reverse=True)
+    victims.sort(key=lambda v: v.submitted_at, reverse=True)
+    victims.sort(key=lambda v: eff(policy, v, op.now))
+    victim = victims[0]
+    op.change(victim.request_id, "preempted", r.request_id, PREEMPTION_POLICY, state="preempted",
+              preempted_by=r.request_id, finished_at=op.now, reason=f"preempted by {r.request_id}")
+    admit(op, op.state.records[r.request_id], victim.request_id, PREEMPTION_POLICY)
+    return True
+
+
+# --- operations -----------------------------------------------------------------------------------
+
+
+def _error(op_name: str, code: str, message: str) -> OpResult:
+    return OpResult(op=op_name, ok=False, error=OpError(code=code, message=message))
+
+
+def _operate(op: _Op, operation: object) -> OpResult | str | None:
+    """Step 2. Returns an OpResult, or the id of the record the final result must carry."""
+    records = op.state.records
+    if isinstance(operation, Submit):
+        req = operation.request
+        existing = records.get(req.request_id)
+        if existing is not None:
+            if existing.placement_identity() == req.placement_identity():
+                return req.request_id
+            return _error("submit", "identity-collision",
+                          f"request {req.request_id} already exists with placement "
+                          f"{existing.placement_identity()}, not {req.placement_identity()}")
+        denial = never_runs(op.policy, req)
+        if denial is not None:
+            op.create(req, "denied", QUOTA_POLICY, state="denied", reason=denial, finished_at=op.now)
+        else:
+            op.create(req, "queued", state="queued", reason="queued",
+                      queue_deadline=req.submitted_at + seconds(req.queue_timeout_seconds))
+        return req.request_id
+    if isinstance(operation, Renew):
+        r = records.get(operation.request_id)
+        if r is None:
+            return _error("renew", "not-found", f"no request {operation.request_id}")
+        if r.state != "admitted":
+            return _error("renew", "not-admitted", f"request {r.request_id} is {r.state}, not admitted")
+        if operation.lease_revision is not None and operation.lease_revision != r.lease_revision:
+            return _error("renew", "stale-lease-revision",
+                          f"lease revision {operation.lease_revision} is stale; current is {r.lease_revision}")
+        op.change(r.request_id, "renewed", reason="lease renewed",
+                  lease_expires_at=op.now + seconds(op.policy.lease_ttl_seconds),
+                  lease_revision=r.lease_revision + 1)
+        return r.request_id
+    if isinstance(operation, Release):
+        r = records.get(operation.request_id)
+        if r is None:
+            return _error("release", "not-found", f"no request {operation.request_id}")
+        if r.state == "queued":
+            return _error("release", "not-admitted", f"request {r.request_id} is queued, not admitted")
+        if r.state == "admitted":
+            op.change(r.request_id, "released", state="released", finished_at=op.now, reason="released by holder")
+        return r.request_id
+    if isinstance(operation, Cancel):
+        r = records.get(operation.request_id)
+        if r is None:
+            return _error("cancel", "not-found", f"no request {operation.request_id}")
+        if r.state in ("queued", "admitted"):
+            op.change(r.request_id, "cancelled", state="cancelled", finished_at=op.now, reason="cancelled by requester")
+        return r.request_id
+    if isinstance(operation, Reconcile):
+        return OpResult(op="reconcile", ok=True)
+    if isinstance(operation, TakeSnapshot):
+        return None  # built after the final tick
+    if isinstance(operation, SetPolicy):
+        op.state.policy = operation.policy
+        operator = getattr(operation, "operator", None)  # optional field, newer than the first spec
+        reason = f"policy changed by {operator}" if operator else "policy changed"
+        op.emit("policy-changed", None, None, None, reason, policy="set_policy")
+        for r in queue(op):
+            denial = never_runs(op.policy, r)
+            if denial is not None:
+                op.change(r.request_id, "denied", policy=QUOTA_POLICY, state="denied", reason=denial,
+                          finished_at=op.now)
+        return OpResult(op="set_policy", ok=True)
+    raise TypeError(f"not an admission operation: {operation!r}")
+
+
+def snapshot(op: _Op) -> Snapshot:
+    running = admitted(op)
+    entries = []
+    for position, r in enumerate(queue(op), start=1):
+        bound = binding(op.policy, r, running)
+        entries.append(QueueEntry(request_id=r.request_id, position=position,
+                                  effective_priority=eff(op.policy, r, op.now),
+                                  binding_constraint="none" if bound is None else bound[1]))
+    return Snapshot(revision=op.state.revision, records=dict(op.state.records), queue=entries)
+
+
+def apply(state: RefState, operation: object, now: datetime) -> tuple[RefState, OpResult, list[AuditEvent]]:
+    if now.tzinfo is None or now.utcoffset() is None:
+        raise ValueError("now must be an aware datetime")
+    if state.clock is not None and state.clock > now:
+        now = state.clock
+    state.clock = now
+    op = _Op(state, now)
+    tick(op)
+    outcome = _operate(op, operation)
+    tick(op)
+    if isinstance(outcome, OpResult):
+        return state, outcome, op.events
+    if outcome is None:
+        return state, OpResult(op="snapshot", ok=True, snapshot=snapshot(op)), op.events
+    record = state.records.get(outcome) or op.dropped[outcome]
+    return state, OpResult(op=operation.op, ok=True, record=record), op.events  # type: ignore[attr-defined]

@@ -1,0 +1,390 @@
+"""Random traces through the admission engine and the naive reference, step by step.
+
+The engine is built for 100,000 queued requests (class partitions, buckets, heaps with
+lazy deletion); `tests/admission_reference.py` re-sorts everything on every decision.
+Both must give the same results, the same audit events and the same state after every
+operation, and the engine's output must keep the invariants the spec promises whatever
+the trace: quotas (no new admission while over a limit), revisions, gapless event
+numbers, terminal records that never change, non-preemptible work never preempted.
+
+Traces use a handful of request ids so replays and identity collisions happen, small
+quotas including 0, clocks that mostly step by seconds but sometimes jump past lease TTLs
+and queue timeouts (and occasionally go backwards, which the engine clamps).
+"""
+
+from __future__ import annotations
+
+import copy
+from collections import Counter
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+from typing import Any, Callable
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tests import admission_reference as reference
+from workflows.admission import engine
+from workflows.admission.model import (
+    TERMINAL_STATES,
+    AdmissionPolicy,
+    AdmissionRequest,
+    AuditEvent,
+    Cancel,
+    OpResult,
+    PriorityAdmission,
+    Reconcile,
+    Release,
+    Renew,
+    SetPolicy,
+    Snapshot,
+    Submit,
+    TakeSnapshot,
+)
+
+T0 = datetime(2026, 3, 1, 12, 0, tzinfo=timezone.utc)
+# Few ids so replays and collisions happen; contended traces need more live requests at once.
+IDS = ["r1", "r2", "r3", "r4", "r5"]
+MORE_IDS = IDS + ["r6", "r7", "r8", "r9", "r10"]
+ENVIRONMENTS = ["dev", "prod"]
+PROVIDERS = ["aws", "gcp"]
+RUNTIMES = ["host", "container", "vm"]
+LANES = [None, "build", "build", "test"]
+CLASSES = ["P0", "P1", "P2", "P3"]
+
+# --- strategies -----------------------------------------------------------------------------------
+
+
+def quota_maps(keys: list[Any], quota: st.SearchStrategy[int]) -> st.SearchStrategy[dict]:
+    return st.dictionaries(st.sampled_from(keys), quota, max_size=len(keys))
+
+
+def priority_admissions(enabled: st.SearchStrategy[bool]) -> st.SearchStrategy[PriorityAdmission]:
+    return st.builds(
+        PriorityAdmission,
+        enabled=enabled,
+        override_priorities=st.one_of(
+            st.just(["P0", "P1"]), st.lists(st.sampled_from(CLASSES), unique=True, max_size=3),
+        ),
+    )
+
+
+# Zero is rare per limit: a request has up to five limits and any zero one denies it.
+mixed_quota = st.sampled_from([0, 1, 1, 1, 2, 2, 2, 3, 3, 4])
+busy_quota = st.sampled_from([1, 1, 2, 2, 3])
+
+# Everything varies, quotas include 0, leases and queue timeouts are short.
+mixed_policies = st.builds(
+    AdmissionPolicy,
+    max_concurrent=st.sampled_from([0, 1, 2, 3, 3, 4, 4, 5, 6, 6]),
+    lease_ttl_seconds=st.sampled_from([2.5, 30, 120, 600]),
+    aging_interval_seconds=st.sampled_from([1, 2.5, 10, 60, 1e6]),
+    allow_preemption=st.booleans(),
+    preemption_margin=st.integers(0, 2),
+    environment_quotas=quota_maps(ENVIRONMENTS, mixed_quota),
+    provider_quotas=quota_maps(PROVIDERS, mixed_quota),
+    runtime_quotas=quota_maps(RUNTIMES, mixed_quota),
+    default_host_quota=st.sampled_from([0, 1, 1, 1, 2, 2]),
+    lane_wip_limits=st.one_of(
+        quota_maps(["build", "test"], mixed_quota), st.fixed_dictionaries({"build": st.sampled_from([1, 2])}),
+    ),
+    priority_admission=priority_admissions(st.sampled_from([True, True, False])),
+    terminal_retention_seconds=st.sampled_from([0, 10, 100, 86400, 86400]),
+)
+
+# Room everywhere but in the `build` lane, lane override mostly on: displacement territory.
+lane_policies = st.builds(
+    AdmissionPolicy,
+    max_concurrent=st.sampled_from([4, 10]),
+    lease_ttl_seconds=st.sampled_from([60, 600]),
+    aging_interval_seconds=st.sampled_from([1, 10, 1e6]),
+    allow_preemption=st.booleans(),
+    preemption_margin=st.integers(0, 2),
+    runtime_quotas=st.just({"host": 2}),
+    lane_wip_limits=st.fixed_dictionaries({"build": st.sampled_from([1, 2])}, optional={"test": busy_quota}),
+    priority_admission=priority_admissions(st.sampled_from([True, True, True, False])),
+    terminal_retention_seconds=st.sampled_from([0, 100, 86400]),
+)
+
+# A small global limit, sometimes a narrower quota, preemption mostly on: victims to choose from,
+# often equally weak so the (submitted_at, request_id) tie-breaks decide.
+preemption_policies = st.builds(
+    AdmissionPolicy,
+    max_concurrent=st.sampled_from([1, 2, 2, 3]),
+    lease_ttl_seconds=st.sampled_from([60, 600]),
+    aging_interval_seconds=st.sampled_from([30, 1e6, 1e6]),
+    allow_preemption=st.sampled_from([True, True, True, False]),
+    preemption_margin=st.integers(0, 2),
+    environment_quotas=st.one_of(st.just({}), quota_maps(ENVIRONMENTS, busy_quota)),
+    provider_quotas=st.one_of(st.just({}), quota_maps(PROVIDERS, busy_quota)),
+    runtime_quotas=st.sampled_from([{"host": 3}, {"host": 3, "vm": 1}, {}]),
+    priority_admission=priority_admissions(st.booleans()),
+    terminal_retention_seconds=st.sampled_from([0, 86400]),
+)
+
+
+@dataclass(frozen=True)
+class Profile:
+    """What one family of traces looks like."""
+
+    ids: list[str]
+    policies: st.SearchStrategy[AdmissionPolicy]
+    runtimes: list[str]
+    lanes: list[str | None]
+    priorities: st.SearchStrategy[int]
+    submitted_grid: int  # submission times are rounded down to this many seconds (ties)
+    submitted_back: list[int]  # seconds before the (rounded) clock; negative: in the future
+    queue_timeouts: list[float]
+    preemptible: list[bool]
+    classes: list[str]
+    time_step: st.SearchStrategy[int]
+    length: st.SearchStrategy[int]
+
+
+def weighted(*choices: tuple[int, st.SearchStrategy]) -> st.SearchStrategy:
+    """Pick a strategy by weight (repeating a branch in st.one_of does not weight it)."""
+    return st.sampled_from([strategy for weight, strategy in choices for _ in range(weight)]).flatmap(lambda s: s)
+
+
+JUMPS = st.sampled_from([31, 61, 130, 700, 100_000])  # past lease TTLs, queue timeouts, retention
+BACKWARDS = st.integers(-3, -1)  # a clock going backwards: clamped by the engine
+CALM_STEPS = weighted((40, st.integers(0, 4)), (1, JUMPS), (1, BACKWARDS))
+
+MIXED = Profile(
+    ids=IDS, policies=mixed_policies, runtimes=RUNTIMES, lanes=LANES, priorities=st.integers(-2, 5),
+    submitted_grid=1, submitted_back=[0, 0, 1, 5, 30, 90, -2], queue_timeouts=[3, 20, 60, 600],
+    preemptible=[True, False], classes=CLASSES,
+    time_step=weighted((10, st.integers(0, 3)), (8, st.integers(0, 10)), (2, JUMPS), (1, BACKWARDS)),
+    length=st.integers(1, 40),
+)
+LANE_CONTENTION = Profile(
+    ids=MORE_IDS, policies=lane_policies, runtimes=["container", "container", "vm", "host"],
+    lanes=[None, "build", "build", "build", "test"], priorities=st.integers(-2, 5),
+    submitted_grid=10, submitted_back=[0, 0, 1, 5, 30, 90, -2], queue_timeouts=[60, 600],
+    # Many P3 claims, so the lane victim is often decided by admitted_at and request_id.
+    preemptible=[True, False], classes=["P0", "P1", "P2", "P3", "P3", "P3"], time_step=CALM_STEPS,
+    length=st.integers(15, 40),
+)
+PREEMPTION_CONTENTION = Profile(
+    ids=MORE_IDS, policies=preemption_policies, runtimes=["container", "container", "vm", "host"],
+    lanes=[None, "build"], priorities=st.sampled_from([0, 0, 0, 1, 5]),
+    submitted_grid=60, submitted_back=[0, 0, 0, 0, 60, -60], queue_timeouts=[60, 600],
+    preemptible=[True, True, False], classes=CLASSES, time_step=CALM_STEPS, length=st.integers(15, 40),
+)
+
+def set_policies(policies: st.SearchStrategy[AdmissionPolicy]) -> st.SearchStrategy[SetPolicy]:
+    if "operator" in SetPolicy.model_fields:  # the optional operator named in the audit reason
+        return st.builds(SetPolicy, policy=policies, operator=st.sampled_from([None, "", "ops-alice"]))
+    return st.builds(SetPolicy, policy=policies)
+
+
+# How often each operation appears in a trace (by repetition).
+OP_MIX = ["submit"] * 8 + ["renew"] * 4 + ["release"] * 2 + ["cancel"] * 2 + ["reconcile", "snapshot", "set_policy"]
+
+
+@st.composite
+def traces(draw: Callable, profile: Profile) -> tuple[AdmissionPolicy, list[tuple[int, Any]]]:
+    """A policy and a list of (seconds to advance, operation)."""
+    identity = st.tuples(
+        st.sampled_from(["o1", "o2"]), st.sampled_from(ENVIRONMENTS), st.sampled_from(PROVIDERS),
+        st.sampled_from(profile.runtimes), st.sampled_from(profile.lanes),
+    )
+    canonical = {rid: draw(identity) for rid in profile.ids}
+
+    @st.composite
+    def submit(draw2: Callable, clock: int) -> Submit:
+        rid = draw2(st.sampled_from(profile.ids))
+        # Mostly the id's own placement (replays), sometimes another one (collisions).
+        orch, env, prov, kind, lane = canonical[rid] if draw2(st.integers(0, 3)) else draw2(identity)
+        # Submission times near the clock: ties (FIFO by id), age (aging), the future (no aging).
+        submitted = clock - clock % profile.submitted_grid - draw2(st.sampled_from(profile.submitted_back))
+        return Submit(request=AdmissionRequest(
+            request_id=rid, orchestrator_id=orch, environment=env, provider=prov, runtime_kind=kind, lane=lane,
+            priority=draw2(profile.priorities),
+            submitted_at=T0 + timedelta(seconds=submitted),
+            queue_timeout_seconds=draw2(st.sampled_from(profile.queue_timeouts)),
+            preemptible=draw2(st.sampled_from(profile.preemptible)),
+            priority_class=draw2(st.sampled_from(profile.classes)),
+        ))
+
+    policy = draw(profile.policies)
+    steps: list[tuple[int, Any]] = []
+    clock = 0
+    for _ in range(draw(profile.length)):
+        delta = draw(profile.time_step)
+        clock = max(clock, clock + delta)  # where the engine's clamped clock will be
+        rid = st.sampled_from(profile.ids)
+        operation = draw({
+            "submit": submit(clock),
+            "renew": st.builds(Renew, request_id=rid, lease_revision=st.one_of(st.none(), st.integers(0, 3))),
+            "release": st.builds(Release, request_id=rid),
+            "cancel": st.builds(Cancel, request_id=rid),
+            "reconcile": st.just(Reconcile()),
+            "snapshot": st.just(TakeSnapshot()),
+            "set_policy": set_policies(profile.policies),
+        }[draw(st.sampled_from(OP_MIX))])
+        steps.append((delta, operation))
+    return policy, steps
+
+
+# --- invariants -----------------------------------------------------------------------------------
+
+
+def limits_of(policy: AdmissionPolicy, r: AdmissionRequest) -> list[tuple[str, int, Callable[[AdmissionRequest], bool]]]:
+    """Every limit that applies to r, written out independently of both implementations."""
+    out = [("global", policy.max_concurrent, lambda a: True)]
+    if r.environment in policy.environment_quotas:
+        out.append((f"environment {r.environment}", policy.environment_quotas[r.environment],
+                    lambda a: a.environment == r.environment))
+    if r.provider in policy.provider_quotas:
+        out.append((f"provider {r.provider}", policy.provider_quotas[r.provider], lambda a: a.provider == r.provider))
+    runtime = policy.runtime_quotas.get(r.runtime_kind, policy.default_host_quota if r.runtime_kind == "host" else None)
+    if runtime is not None:
+        out.append((f"runtime {r.runtime_kind}", runtime, lambda a: a.runtime_kind == r.runtime_kind))
+    if r.lane is not None and r.lane in policy.lane_wip_limits:
+        out.append((f"lane {r.lane}", policy.lane_wip_limits[r.lane], lambda a: a.lane == r.lane))
+    return out
+
+
+def over_limits(policy: AdmissionPolicy, r: AdmissionRequest, running: list[AdmissionRequest]) -> list[str]:
+    return [
+        f"{name} {used}/{limit}"
+        for name, limit, counts in limits_of(policy, r)
+        if (used := sum(1 for a in running if counts(a))) > limit
+    ]
+
+
+class Observer:
+    """Replays the engine's events and snapshots and checks what must always hold."""
+
+    def __init__(self, policy: AdmissionPolicy) -> None:
+        self.policy = policy
+        self.policy_ever_changed = False
+        self.seq = 0
+        self.requests: dict[str, AdmissionRequest] = {}  # id -> request of its live record
+        self.states: dict[str, str] = {}  # id -> state, from the events
+        self.records: dict[str, Any] = {}  # id -> record, from the last snapshot
+
+    def running(self) -> list[AdmissionRequest]:
+        return [self.requests[rid] for rid, s in self.states.items() if s == "admitted"]
+
+    def step(self, operation: Any, result: OpResult, events: list[AuditEvent], snap: Snapshot) -> None:
+        per_id: Counter[str] = Counter()
+        created: set[str] = set()
+        for event in events:
+            self.seq += 1
+            assert event.seq == self.seq, f"event numbers must be 1..N without gaps: {event}"
+            if event.type == "policy-changed":
+                assert isinstance(operation, SetPolicy) and event.request_id is None
+                self.policy, self.policy_ever_changed = operation.policy, True
+                continue
+            rid = event.request_id
+            assert rid is not None
+            if event.from_state is None:  # a new record: only a Submit of that id creates one
+                assert isinstance(operation, Submit) and operation.request.request_id == rid, event
+                assert rid not in created and self.states.get(rid) in (None, *TERMINAL_STATES), event
+                self.requests[rid] = operation.request
+                created.add(rid)
+                per_id[rid] = 0
+            else:
+                assert event.from_state == self.states[rid], f"event from a state the record is not in: {event}"
+                assert event.from_state not in TERMINAL_STATES, f"a terminal record changed: {event}"
+            per_id[rid] += 1
+            self.states[rid] = event.to_state
+            if event.type == "preempted":
+                assert self.requests[rid].preemptible, f"non-preemptible work was preempted: {event}"
+            if event.type == "admitted":
+                over = over_limits(self.policy, self.requests[rid], self.running())
+                assert not over, f"{rid} admitted while over a limit: {over}"
+        if not self.policy_ever_changed:
+            running = self.running()
+            for r in running:
+                assert not over_limits(self.policy, r, running), "an admitted set exceeds a limit"
+
+        assert snap.revision == self.seq
+        # At rest after every operation: nothing queued fits (else the admission loop would have run it).
+        assert [entry.position for entry in snap.queue] == list(range(1, len(snap.queue) + 1))
+        assert all(entry.binding_constraint != "none" for entry in snap.queue), snap.queue
+        for rid, old in self.records.items():
+            new = snap.records.get(rid)
+            if rid in created:
+                continue
+            if new is None:
+                assert self.states[rid] in TERMINAL_STATES, f"a live record vanished: {old}"
+                continue
+            assert new.revision == old.revision + per_id[rid], f"revision must add 1 per change: {old} -> {new}"
+            if per_id[rid] == 0:
+                assert new == old, f"a record changed without an event: {old} -> {new}"
+            if old.state in TERMINAL_STATES:
+                assert new == old, f"a terminal record changed: {old} -> {new}"
+        for rid, new in snap.records.items():
+            if rid in created:
+                assert new.revision == per_id[rid], f"a new record's revision counts its changes: {new}"
+            else:
+                assert rid in self.records, f"a record appeared without being created: {new}"
+            assert new.state == self.states[rid]
+        self.records = dict(snap.records)
+
+        if not result.ok and result.error.code == "not-admitted":
+            rid = operation.request_id
+            assert self.states[rid] in result.error.message, "not-admitted names the record's state"
+
+
+def comparable(result: OpResult) -> dict:
+    """Error messages are for people: compare the code, require some message."""
+    dumped = result.model_dump()
+    if dumped["error"] is not None:
+        assert dumped["error"]["message"]
+        dumped["error"]["message"] = "..."
+    return dumped
+
+
+# --- the property ---------------------------------------------------------------------------------
+
+
+SETTINGS = settings(
+    max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+
+
+@SETTINGS
+@given(traces(MIXED))
+def test_mixed_traces_agree_with_reference_and_keep_invariants(trace: tuple[AdmissionPolicy, list]) -> None:
+    run_both(*trace)
+
+
+@SETTINGS
+@given(traces(LANE_CONTENTION))
+def test_lane_contention_traces_agree_with_reference_and_keep_invariants(trace: tuple[AdmissionPolicy, list]) -> None:
+    run_both(*trace)
+
+
+@SETTINGS
+@given(traces(PREEMPTION_CONTENTION))
+def test_preemption_contention_traces_agree_with_reference_and_keep_invariants(
+    trace: tuple[AdmissionPolicy, list],
+) -> None:
+    run_both(*trace)
+
+
+def run_both(policy: AdmissionPolicy, steps: list[tuple[int, Any]]) -> None:
+    eng = engine.new_state(policy)
+    ref = reference.new_state(policy)
+    observer = Observer(policy)
+    now = T0
+    for i, (delta, operation) in enumerate(steps):
+        now += timedelta(seconds=delta)
+        where = f"step {i}: {operation!r} at {now.isoformat()}"
+        eng, eng_result, eng_events = engine.apply(eng, operation, now)
+        ref, ref_result, ref_events = reference.apply(ref, operation, now)
+        assert [e.model_dump() for e in eng_events] == [e.model_dump() for e in ref_events], where
+        assert comparable(eng_result) == comparable(ref_result), where
+
+        # The whole state, through the public interface: a snapshot of a copy at the same instant.
+        # After an operation the state is at rest, so that snapshot must change nothing.
+        _, eng_view, eng_extra = engine.apply(copy.deepcopy(eng), TakeSnapshot(), now)
+        _, ref_view, ref_extra = reference.apply(copy.deepcopy(ref), TakeSnapshot(), now)
+        assert eng_extra == [] and ref_extra == [], where
+        assert eng_view.snapshot.model_dump() == ref_view.snapshot.model_dump(), where
+
+        observer.step(operation, eng_result, eng_events, eng_view.snapshot)
