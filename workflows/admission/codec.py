@@ -28,6 +28,16 @@ _STATE_FIELDS = (
 )
 
 
+def pack_json(value: object) -> str:
+    """Any JSON value, zlib-compressed and base64-encoded (request ids repeat a lot)."""
+    raw = json.dumps(value, separators=(",", ":"), sort_keys=True).encode()
+    return base64.b64encode(zlib.compress(raw, 6)).decode("ascii")
+
+
+def unpack_json(blob: str) -> object:
+    return json.loads(zlib.decompress(base64.b64decode(blob)))
+
+
 def encode(state: EngineState) -> str:
     rows = [
         [getattr(rec.request, name) for name in _REQUEST_FIELDS] + [getattr(rec, name) for name in _STATE_FIELDS]
@@ -40,12 +50,11 @@ def encode(state: EngineState) -> str:
         "revision": state.revision,
         "rows": rows,
     }
-    raw = json.dumps(document, separators=(",", ":")).encode()
-    return base64.b64encode(zlib.compress(raw, 6)).decode("ascii")
+    return pack_json(document)
 
 
 def decode(blob: str) -> EngineState:
-    document = json.loads(zlib.decompress(base64.b64decode(blob)))
+    document = unpack_json(blob)
     if document.get("format") != FORMAT:
         raise ValueError(f"unknown admission state format {document.get('format')!r}; expected {FORMAT}")
     state = new_state(AdmissionPolicy.model_validate(document["policy"]))

@@ -704,7 +704,8 @@ def _cancel(state: EngineState, changes: _Changes, op: Cancel) -> Rec | OpResult
 
 def _set_policy(state: EngineState, changes: _Changes, op: SetPolicy) -> OpResult:
     _install_policy(state, op.policy)
-    changes.emit("policy-changed", None, None, "policy changed", policy="set_policy")
+    reason = f"policy changed by {op.operator}" if op.operator else "policy changed"
+    changes.emit("policy-changed", None, None, reason, policy="set_policy")
     doomed = [
         rec
         for key, queue_class in list(state.classes.items())

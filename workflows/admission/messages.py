@@ -111,7 +111,10 @@ class CarriedState(_Message):
     """What a continued run needs so that no request, lease or decision is lost or repeated."""
 
     engine: str  # workflows.admission.codec
-    requesters: dict[str, str]  # request_id -> requester workflow id
+    # request_id -> requester workflow id. Runs carry it packed (codec.pack_json): a plain map of
+    # 10,000 mission-shaped ids alone is ~1 MB. `requesters` is read for runs recorded before that.
+    requesters: dict[str, str] = Field(default_factory=dict)
+    requesters_packed: str | None = None
     inbox: list["InboxItem"]
     gone_requesters: list[str] = Field(default_factory=list)
     recent_audit: list[AuditEvent]

@@ -169,6 +169,7 @@ class TakeSnapshot(_Strict):
 class SetPolicy(_Strict):
     op: Literal["set_policy"] = "set_policy"
     policy: AdmissionPolicy
+    operator: str | None = None  # who changed it: the audit event names them
 
 
 Operation = Annotated[

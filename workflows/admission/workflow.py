@@ -71,6 +71,8 @@ class AdmissionWorkflow:
         else:
             self._state = codec.decode(carried.engine)
             self._requesters = dict(carried.requesters)
+            if carried.requesters_packed is not None:
+                self._requesters.update(codec.unpack_json(carried.requesters_packed))  # type: ignore[arg-type]
             self._inbox = list(carried.inbox)
             self._recent = deque(carried.recent_audit, maxlen=input.recent_audit_events)
             self._audit_chain = carried.audit_chain
@@ -245,7 +247,7 @@ class AdmissionWorkflow:
                 apply(Cancel(request_id=request_id), item.cancel.requester, request_id)
         elif item.set_policy is not None:
             workflow.logger.info("policy changed by %s", item.set_policy.operator)
-            apply(SetPolicy(policy=item.set_policy.policy), None, None)
+            apply(SetPolicy(policy=item.set_policy.policy, operator=item.set_policy.operator), None, None)
 
     def _abandon(self, requester: str, apply) -> None:
         """A requester that no longer exists gives back everything it holds or waits for."""
@@ -344,7 +346,7 @@ class AdmissionWorkflow:
             "policy": self._state.policy,
             "carried": CarriedState(
                 engine=codec.encode(self._state),
-                requesters={rid: who for rid, who in self._requesters.items() if rid in records},
+                requesters_packed=codec.pack_json({rid: who for rid, who in self._requesters.items() if rid in records}),
                 inbox=self._inbox,
                 gone_requesters=sorted(self._gone_requesters),
                 recent_audit=list(self._recent),

@@ -1,0 +1,43 @@
+"""The continue-as-new payload stays far from the server's 2 MB limit with 10,000 queued requests."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime, timedelta, timezone
+
+from temporalio.contrib.pydantic import pydantic_data_converter
+
+from workflows.admission import codec, engine
+from workflows.admission.messages import AdmissionWorkflowInput, CarriedState
+from workflows.admission.model import AdmissionPolicy, AdmissionRequest, Submit
+
+
+def test_carried_state_with_10000_queued_mission_requests_is_under_1_mb() -> None:
+    policy = AdmissionPolicy(max_concurrent=50, runtime_quotas={"host": 50})
+    state = engine.new_state(policy)
+    requesters: dict[str, str] = {}
+    base = datetime(2026, 11, 1, tzinfo=timezone.utc)
+    for index in range(10_050):
+        mission = f"mission:{uuid.UUID(int=index // 10)}"  # mission-shaped: 44-character requester ids
+        request_id = f"{mission.removeprefix('mission:')}:child-{index % 10}"
+        at = base + timedelta(milliseconds=index)
+        state, _, _ = engine.apply(state, Submit(request=AdmissionRequest(
+            request_id=request_id, orchestrator_id="mission-control", environment="prod", provider="local",
+            runtime_kind="host", priority=index % 7, submitted_at=at, queue_timeout_seconds=86_400,
+        )), at)
+        requesters[request_id] = mission
+    assert state.queued_count == 10_000
+
+    carried = CarriedState(
+        engine=codec.encode(state), requesters_packed=codec.pack_json(requesters), inbox=[], recent_audit=[],
+        audit_chain="run-1",
+    )
+    payload = pydantic_data_converter.payload_converter.to_payloads(
+        [AdmissionWorkflowInput(host_group="default", policy=policy, carried=carried)]
+    )[0]
+    assert len(payload.data) < 1_000_000, len(payload.data)
+
+    # And it carries everything: the decoded state decides exactly like the original.
+    restored = codec.decode(carried.engine)
+    assert engine.snapshot(restored) == engine.snapshot(state)
+    assert codec.unpack_json(carried.requesters_packed) == requesters
