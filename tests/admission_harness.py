@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-import asyncio
 import uuid
 from contextlib import asynccontextmanager
 from pathlib import Path
 
 from temporalio.client import Client, WorkflowHandle
 from temporalio.service import RPCError
+
+from tests.polling import eventually
 
 from worker.config import WorkerConfig
 from worker.worker import build_worker
@@ -40,15 +41,7 @@ class Harness:
         return handle
 
     async def eventually(self, check, what: str, within: float = 30.0):
-        """Poll `check()` (an async callable) until it returns something truthy, in real time."""
-        deadline = asyncio.get_running_loop().time() + within
-        while True:
-            value = await check()
-            if value:
-                return value
-            if asyncio.get_running_loop().time() > deadline:
-                raise AssertionError(f"timed out waiting for {what}; last value {value!r}")
-            await asyncio.sleep(0.05)
+        return await eventually(check, what, within)
 
     async def leased(self) -> list[str]:
         try:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import uuid
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -11,6 +10,7 @@ from temporalio.client import Client
 
 from activities.fleet import FleetActivities
 from substrate.server import RunningSubstrate
+from tests.polling import eventually
 from tests.substrate_support import EXECUTOR_TOKEN, FLEET_TOKEN
 from worker.config import WorkerConfig
 from worker.mission_control import MissionControl
@@ -42,25 +42,7 @@ class MissionHarness:
         return [row.request_id for row in await handle.query("leases", result_type=list[LeaseRow])]
 
     async def until(self, check, what: str, within: float = 30.0):
-        deadline = asyncio.get_running_loop().time() + within
-        while True:
-            value = await check()
-            if value:
-                return value
-            if asyncio.get_running_loop().time() > deadline:
-                raise AssertionError(f"timed out waiting for {what}; last value {value!r}")
-            await asyncio.sleep(0.1)
-
-    def spec(self, mission: str, children: list[dict], **fields: object) -> dict:
-        """A spec dict with ids unique to this test (the substrate is shared by the session)."""
-        return {
-            "mission_id": f"{mission}-{self.suffix}",
-            "orchestrator_id": "tests",
-            "goal": f"test {mission}",
-            "host_group": f"hg-{self.suffix}",
-            "children": children,
-            **fields,
-        }
+        return await eventually(check, what, within, interval=0.1)
 
 
 @asynccontextmanager

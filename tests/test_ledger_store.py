@@ -27,6 +27,7 @@ from activities.ledger_store import (
 )
 from tests.ledger_workflow import LedgerSnapshotWorkflow
 from workflows.contract import Artifact, Lineage, find_credential_keys
+from workflows.workload.record import fleet_child_id
 from workflows.mission.aggregation import apply_admission, apply_observation, apply_review, initial_ledger
 from workflows.mission.ledger import ChildAdmission, MissionLedger, ReviewDecision, SnapshotRef, content_hash
 from workflows.mission.observation import ChildObservation
@@ -49,7 +50,7 @@ def make_spec(mission_id: str = "m-1", mode: str = "manual-review") -> MissionSp
 def lineage(spec: MissionSpec, child_id: str) -> Lineage:
     return Lineage(
         orchestrator_id=spec.orchestrator_id, mission_id=spec.mission_id, dispatch_id=f"d-{child_id}",
-        idempotency_key=f"{spec.mission_id}:{child_id}", child_id=child_id, target_id="host-1",
+        idempotency_key=f"{spec.mission_id}:{child_id}", child_id=fleet_child_id(spec.mission_id, child_id), target_id="host-1",
         executor_id="local", runtime_id=f"rt-{child_id}", task_id=f"task-{child_id}",
     )  # fmt: skip
 
