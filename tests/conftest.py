@@ -43,6 +43,23 @@ async def time_skipping_env() -> AsyncIterator[WorkflowEnvironment]:
         await env.shutdown()
 
 
+@pytest.fixture
+async def fresh_time_skipping_env() -> AsyncIterator[WorkflowEnvironment]:
+    """A time-skipping server of the test's own (it starts in well under a second).
+
+    Tests that skip long stretches of workflow time while leases renew get their own server,
+    so nothing another test left behind can hold the server's clock back.
+    """
+    env = await WorkflowEnvironment.start_time_skipping(
+        data_converter=pydantic_data_converter,
+        test_server_existing_path=temporal_test_server(),
+    )
+    try:
+        yield env
+    finally:
+        await env.shutdown()
+
+
 @pytest.fixture(scope="session")
 async def dev_env() -> AsyncIterator[WorkflowEnvironment]:
     """The real `temporal server start-dev` (in-memory), shared by the whole session."""

@@ -1,6 +1,7 @@
 """AdmissionWorkflow + independent requester workflows on the time-skipping server.
 
-Time only skips while a test awaits a result or sleeps, so the tests order
+Each test has a time-skipping server of its own. Time only skips while a test awaits a
+result or sleeps, so the tests order
 events explicitly: holders hold "forever" (HOLD) until the test signals `finish`,
 and the test waits (in real time, through queries) for the state it needs.
 """
@@ -27,14 +28,14 @@ def admitted_order(h) -> list[str]:
     return [e.request_id for e in audit_of(h) if e.type == "admitted"]
 
 
-async def test_requesters_share_one_admission_workflow_serialised(time_skipping_env: WorkflowEnvironment, tmp_path):
+async def test_requesters_share_one_admission_workflow_serialised(fresh_time_skipping_env: WorkflowEnvironment, tmp_path):
     policy = AdmissionPolicy(max_concurrent=1, lease_ttl_seconds=60)
-    async with admission_harness(time_skipping_env.client, tmp_path, policy) as h:
+    async with admission_harness(fresh_time_skipping_env.client, tmp_path, policy) as h:
         first = await h.start_probe("a", ProbeRequest(request_id="a"), hold_seconds=HOLD)
         await h.until_leased("a")
         second = await h.start_probe("b", ProbeRequest(request_id="b"), hold_seconds=600)
         await h.until_queued("b")
-        await time_skipping_env.sleep(600)  # a holds across ten TTLs by renewing
+        await fresh_time_skipping_env.sleep(600)  # a holds across ten TTLs by renewing
         assert await h.leased() == ["a"]
         await first.signal("finish")
         a: ProbeResult = await first.result()
@@ -49,9 +50,9 @@ async def test_requesters_share_one_admission_workflow_serialised(time_skipping_
         assert [e.seq for e in events] == list(range(1, len(events) + 1))
 
 
-async def test_environment_quota_serialises_prod_but_not_dev(time_skipping_env, tmp_path):
+async def test_environment_quota_serialises_prod_but_not_dev(fresh_time_skipping_env, tmp_path):
     policy = AdmissionPolicy(max_concurrent=5, environment_quotas={"prod": 1})
-    async with admission_harness(time_skipping_env.client, tmp_path, policy) as h:
+    async with admission_harness(fresh_time_skipping_env.client, tmp_path, policy) as h:
         p1 = await h.start_probe("p1", ProbeRequest(request_id="p1", environment="prod"), hold_seconds=HOLD)
         await h.until_leased("p1")
         p2 = await h.start_probe("p2", ProbeRequest(request_id="p2", environment="prod"), hold_seconds=10)
@@ -66,14 +67,14 @@ async def test_environment_quota_serialises_prod_but_not_dev(time_skipping_env, 
         assert admitted_order(h) == ["p1", "d1", "p2"]
 
 
-async def test_aging_lets_an_old_low_priority_request_beat_a_new_high_one(time_skipping_env, tmp_path):
+async def test_aging_lets_an_old_low_priority_request_beat_a_new_high_one(fresh_time_skipping_env, tmp_path):
     policy = AdmissionPolicy(max_concurrent=1, aging_interval_seconds=30)
-    async with admission_harness(time_skipping_env.client, tmp_path, policy) as h:
+    async with admission_harness(fresh_time_skipping_env.client, tmp_path, policy) as h:
         holder = await h.start_probe("holder", ProbeRequest(request_id="holder"), hold_seconds=HOLD)
         await h.until_leased("holder")
         old_low = await h.start_probe("old", ProbeRequest(request_id="old-low", priority=0), hold_seconds=10)
         await h.until_queued("old-low")
-        await time_skipping_env.sleep(100)  # old-low ages to effective priority 3
+        await fresh_time_skipping_env.sleep(100)  # old-low ages to effective priority 3
         new_high = await h.start_probe("new", ProbeRequest(request_id="new-high", priority=2), hold_seconds=10)
         await h.until_queued("new-high")
         queue = await h.admission.query("queue", result_type=list[QueueRow])
@@ -84,9 +85,9 @@ async def test_aging_lets_an_old_low_priority_request_beat_a_new_high_one(time_s
         assert admitted_order(h) == ["holder", "old-low", "new-high"]
 
 
-async def test_fifo_among_equal_priorities(time_skipping_env, tmp_path):
+async def test_fifo_among_equal_priorities(fresh_time_skipping_env, tmp_path):
     policy = AdmissionPolicy(max_concurrent=1)
-    async with admission_harness(time_skipping_env.client, tmp_path, policy) as h:
+    async with admission_harness(fresh_time_skipping_env.client, tmp_path, policy) as h:
         holder = await h.start_probe("holder", ProbeRequest(request_id="holder"), hold_seconds=HOLD)
         await h.until_leased("holder")
         waiters = []
@@ -99,9 +100,9 @@ async def test_fifo_among_equal_priorities(time_skipping_env, tmp_path):
         assert admitted_order(h) == ["holder", "w1", "w2", "w3"]
 
 
-async def test_preemption_is_delivered_to_the_victims_workflow(time_skipping_env, tmp_path):
+async def test_preemption_is_delivered_to_the_victims_workflow(fresh_time_skipping_env, tmp_path):
     policy = AdmissionPolicy(max_concurrent=1, allow_preemption=True)
-    async with admission_harness(time_skipping_env.client, tmp_path, policy) as h:
+    async with admission_harness(fresh_time_skipping_env.client, tmp_path, policy) as h:
         victim = await h.start_probe("victim", ProbeRequest(request_id="batch", preemptible=True), hold_seconds=HOLD)
         await h.until_leased("batch")
         urgent = await h.start_probe("urgent", ProbeRequest(request_id="urgent", priority=10), hold_seconds=30)
@@ -113,23 +114,23 @@ async def test_preemption_is_delivered_to_the_victims_workflow(time_skipping_env
         assert admitted_order(h) == ["batch", "urgent"]
 
 
-async def test_non_preemptible_work_is_never_preempted(time_skipping_env, tmp_path):
+async def test_non_preemptible_work_is_never_preempted(fresh_time_skipping_env, tmp_path):
     policy = AdmissionPolicy(max_concurrent=1, allow_preemption=True)
-    async with admission_harness(time_skipping_env.client, tmp_path, policy) as h:
+    async with admission_harness(fresh_time_skipping_env.client, tmp_path, policy) as h:
         holder = await h.start_probe("holder", ProbeRequest(request_id="steady"), hold_seconds=HOLD)
         await h.until_leased("steady")
         urgent = await h.start_probe("urgent", ProbeRequest(request_id="urgent", priority=100), hold_seconds=5)
         await h.until_queued("urgent")
-        await time_skipping_env.sleep(300)
+        await fresh_time_skipping_env.sleep(300)
         assert await h.leased() == ["steady"]
         await holder.signal("finish")
         await urgent.result()
         assert "preempted" not in [e.type for e in audit_of(h)]
 
 
-async def test_renewals_keep_a_lease_for_hours(time_skipping_env, tmp_path):
+async def test_renewals_keep_a_lease_for_hours(fresh_time_skipping_env, tmp_path):
     policy = AdmissionPolicy(max_concurrent=1, lease_ttl_seconds=300)
-    async with admission_harness(time_skipping_env.client, tmp_path, policy) as h:
+    async with admission_harness(fresh_time_skipping_env.client, tmp_path, policy) as h:
         handle = await h.start_probe("long", ProbeRequest(request_id="long"), hold_seconds=3 * 3600)
         result: ProbeResult = await handle.result()
         assert result.final["long"].state == "released"
@@ -138,9 +139,9 @@ async def test_renewals_keep_a_lease_for_hours(time_skipping_env, tmp_path):
         assert "timed-out" not in [e.type for e in audit_of(h)]
 
 
-async def test_a_lease_that_stops_being_renewed_expires_and_capacity_moves_on(time_skipping_env, tmp_path):
+async def test_a_lease_that_stops_being_renewed_expires_and_capacity_moves_on(fresh_time_skipping_env, tmp_path):
     policy = AdmissionPolicy(max_concurrent=1, lease_ttl_seconds=60)
-    async with admission_harness(time_skipping_env.client, tmp_path, policy) as h:
+    async with admission_harness(fresh_time_skipping_env.client, tmp_path, policy) as h:
         silent = await h.start_probe("silent", ProbeRequest(request_id="silent"), hold_seconds=HOLD, renew=False)
         await h.until_leased("silent")
         waiter = await h.start_probe("waiter", ProbeRequest(request_id="waiter"), hold_seconds=10)
@@ -154,9 +155,9 @@ async def test_a_lease_that_stops_being_renewed_expires_and_capacity_moves_on(ti
         assert admitted.seq == expired.seq + 1  # the freed capacity went to the waiter in the same decision
 
 
-async def test_queue_timeout(time_skipping_env, tmp_path):
+async def test_queue_timeout(fresh_time_skipping_env, tmp_path):
     policy = AdmissionPolicy(max_concurrent=1)
-    async with admission_harness(time_skipping_env.client, tmp_path, policy) as h:
+    async with admission_harness(fresh_time_skipping_env.client, tmp_path, policy) as h:
         await h.start_probe("holder", ProbeRequest(request_id="holder"), hold_seconds=HOLD)
         await h.until_leased("holder")
         impatient = await h.start_probe("impatient", ProbeRequest(request_id="impatient", queue_timeout_seconds=30))
@@ -166,9 +167,9 @@ async def test_queue_timeout(time_skipping_env, tmp_path):
         assert result.ever_admitted == []
 
 
-async def test_identity_collision_never_hands_over_someone_elses_lease(time_skipping_env, tmp_path):
+async def test_identity_collision_never_hands_over_someone_elses_lease(fresh_time_skipping_env, tmp_path):
     policy = AdmissionPolicy(max_concurrent=2)
-    async with admission_harness(time_skipping_env.client, tmp_path, policy) as h:
+    async with admission_harness(fresh_time_skipping_env.client, tmp_path, policy) as h:
         owner = await h.start_probe("owner", ProbeRequest(request_id="shared-id"), hold_seconds=HOLD)
         await h.until_leased("shared-id")
         # Same request id, another orchestrator (each probe is its own orchestrator).
@@ -184,9 +185,9 @@ async def test_identity_collision_never_hands_over_someone_elses_lease(time_skip
         assert [e.type for e in audit_of(h, "shared-id") if e.type != "renewed"] == ["queued", "admitted", "released"]
 
 
-async def test_replayed_submit_changes_nothing(time_skipping_env, tmp_path):
+async def test_replayed_submit_changes_nothing(fresh_time_skipping_env, tmp_path):
     policy = AdmissionPolicy(max_concurrent=1)
-    async with admission_harness(time_skipping_env.client, tmp_path, policy) as h:
+    async with admission_harness(fresh_time_skipping_env.client, tmp_path, policy) as h:
         owner = await h.start_probe("owner", ProbeRequest(request_id="r1"), hold_seconds=HOLD)
         await h.until_leased("r1")
         [lease] = await h.admission.query("leases", result_type=list[LeaseRow])
@@ -207,9 +208,9 @@ async def _audit_count(h) -> int:
     return len(audit_of(h))
 
 
-async def test_a_requester_that_disappears_gives_its_capacity_back(time_skipping_env, tmp_path):
+async def test_a_requester_that_disappears_gives_its_capacity_back(fresh_time_skipping_env, tmp_path):
     policy = AdmissionPolicy(max_concurrent=1)
-    async with admission_harness(time_skipping_env.client, tmp_path, policy) as h:
+    async with admission_harness(fresh_time_skipping_env.client, tmp_path, policy) as h:
         holder = await h.start_probe("holder", ProbeRequest(request_id="holder"), hold_seconds=HOLD)
         await h.until_leased("holder")
         ghost = await h.start_probe("ghost", ProbeRequest(request_id="ghost"), hold_seconds=HOLD)
