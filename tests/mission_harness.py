@@ -44,6 +44,17 @@ class MissionHarness:
     async def until(self, check, what: str, within: float = 30.0):
         return await eventually(check, what, within, interval=0.1)
 
+    def spec(self, mission: str, children: list[dict], **fields: object) -> dict:
+        """A spec dict with ids unique to this test (the substrate is shared by the session)."""
+        return {
+            "mission_id": f"{mission}-{self.suffix}",
+            "orchestrator_id": "tests",
+            "goal": f"test {mission}",
+            "host_group": f"hg-{self.suffix}",
+            "children": children,
+            **fields,
+        }
+
 
 @asynccontextmanager
 async def mission_harness(
