@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import json
 import tempfile
-import uuid
+from datetime import datetime, timezone
 from pathlib import Path
 
 from temporalio.client import Client
@@ -90,8 +90,7 @@ async def record(client: Client, substrate, scratch: Path) -> None:
         for index in range(150):
             request = AdmissionRequest(
                 request_id=f"burst-{index:03d}", orchestrator_id="recorder", environment="default", provider="local",
-                runtime_kind="container", priority=index % 3, submitted_at=__import__("datetime").datetime.now(
-                    __import__("datetime").timezone.utc), queue_timeout_seconds=600,
+                runtime_kind="container", priority=index % 3, submitted_at=datetime.now(timezone.utc), queue_timeout_seconds=600,
             )
             await signal_with_start_admission(client, "record", "burst", policy, "submit",
                                               SubmitBatch(requester=sink.id, requests=[request]), max_history_events=100)

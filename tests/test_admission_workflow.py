@@ -56,7 +56,7 @@ async def test_environment_quota_serialises_prod_but_not_dev(fresh_time_skipping
         p1 = await h.start_probe("p1", ProbeRequest(request_id="p1", environment="prod"), hold_seconds=HOLD)
         await h.until_leased("p1")
         p2 = await h.start_probe("p2", ProbeRequest(request_id="p2", environment="prod"), hold_seconds=10)
-        d1 = await h.start_probe("d1", ProbeRequest(request_id="d1", environment="dev"), hold_seconds=HOLD)
+        await h.start_probe("d1", ProbeRequest(request_id="d1", environment="dev"), hold_seconds=HOLD)
         await h.until_queued("p2")
         await h.until_leased("p1", "d1")
         await p1.signal("finish")
