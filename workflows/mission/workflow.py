@@ -43,6 +43,9 @@ with workflow.unsafe.imports_passed_through():
     from workflows.workload.messages import LIST_TARGETS, WORKLOAD_WORKFLOW, TargetList, WorkloadInput
 
 
+WAKE_FROM_PASS_START = "mission-wake-from-pass-start"
+
+
 @workflow.defn(name="MissionWorkflow")
 class MissionWorkflow:
     @workflow.init
@@ -171,6 +174,7 @@ class MissionWorkflow:
 
     async def _supervise(self) -> None:
         while True:
+            at_start = (self._wake, self._admission.version)
             self._fold_decisions()
             self._fold_observations()
             await self._act()
@@ -178,7 +182,10 @@ class MissionWorkflow:
             self._publish()
             if self._stop_requested or (aggregation.is_final(self._ledger) and not self._running and not self._waiting()):
                 return
-            seen = (self._wake, self._admission.version)
+            # Anything that arrived while this pass awaited (an observation during a snapshot,
+            # a child ending during a start) must wake the next pass at once: compare with what
+            # the pass started from. Runs recorded before this fix compared with the end state.
+            seen = at_start if workflow.patched(WAKE_FROM_PASS_START) else (self._wake, self._admission.version)
             try:
                 await workflow.wait_condition(
                     lambda: (self._wake, self._admission.version) != seen,
