@@ -29,9 +29,7 @@ def contract_dir() -> Path:
     return CONTRACT_DIR
 
 
-@pytest.fixture(scope="session")
-async def time_skipping_env() -> AsyncIterator[WorkflowEnvironment]:
-    """The Java time-skipping test server, shared by the whole session."""
+async def _time_skipping_server() -> AsyncIterator[WorkflowEnvironment]:
     env = await WorkflowEnvironment.start_time_skipping(
         data_converter=pydantic_data_converter,
         test_server_existing_path=temporal_test_server(),
@@ -40,6 +38,13 @@ async def time_skipping_env() -> AsyncIterator[WorkflowEnvironment]:
         yield env
     finally:
         await env.shutdown()
+
+
+@pytest.fixture(scope="session")
+async def time_skipping_env() -> AsyncIterator[WorkflowEnvironment]:
+    """The Java time-skipping test server, shared by the whole session."""
+    async for env in _time_skipping_server():
+        yield env
 
 
 @pytest.fixture
@@ -49,14 +54,8 @@ async def fresh_time_skipping_env() -> AsyncIterator[WorkflowEnvironment]:
     Tests that skip long stretches of workflow time while leases renew get their own server,
     so nothing another test left behind can hold the server's clock back.
     """
-    env = await WorkflowEnvironment.start_time_skipping(
-        data_converter=pydantic_data_converter,
-        test_server_existing_path=temporal_test_server(),
-    )
-    try:
+    async for env in _time_skipping_server():
         yield env
-    finally:
-        await env.shutdown()
 
 
 @pytest.fixture(scope="session")
