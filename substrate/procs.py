@@ -18,8 +18,10 @@ import contextlib
 import ctypes
 import os
 import signal
+import subprocess
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 _PR_SET_PDEATHSIG = 1
 
@@ -126,3 +128,15 @@ def kill_orphaned_group(pgid: int, leader_start_ticks: int | None) -> bool:
     if leader_ticks is None and not _group_members(pgid):
         return False
     return signal_group(pgid, signal.SIGKILL)
+
+
+def terminate(process: subprocess.Popen[Any], timeout: float) -> int:
+    """SIGTERM a server process so it can shut down cleanly; SIGKILL it if it hangs. Returns its status."""
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+    return process.returncode

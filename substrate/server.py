@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -29,6 +28,7 @@ import uvicorn
 from activities.credentials import EXECUTOR_TOKEN_ENV, FLEET_TOKEN_ENV, BearerToken, as_token
 from substrate.app import create_app
 from substrate.config import SubstrateConfig
+from substrate.procs import terminate
 
 READY_PREFIX = "substrate listening on "
 
@@ -141,14 +141,7 @@ class SubstrateProcess:
 
     def stop(self, timeout: float = 15.0) -> int:
         """SIGTERM (graceful: kills workload processes) and wait."""
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-        return self.process.returncode
+        return terminate(self.process, timeout)
 
     def kill(self) -> None:
         """SIGKILL, as a crash would: no shutdown runs."""

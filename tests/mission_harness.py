@@ -15,6 +15,7 @@ from tests.substrate_support import EXECUTOR_TOKEN, FLEET_TOKEN
 from worker.config import WorkerConfig
 from worker.mission_control import MissionControl
 from worker.worker import build_worker
+from workflows.admission.messages import LeaseRow, admission_workflow_id
 from workflows.admission.model import AdmissionPolicy
 
 POLICY = AdmissionPolicy(max_concurrent=8, runtime_quotas={"host": 8}, lease_ttl_seconds=30)
@@ -36,8 +37,6 @@ class MissionHarness:
         }
 
     async def admission_leases(self, host_group: str) -> list[str]:
-        from workflows.admission.messages import LeaseRow, admission_workflow_id
-
         handle = self.client.get_workflow_handle(admission_workflow_id(host_group))
         return [row.request_id for row in await handle.query("leases", result_type=list[LeaseRow])]
 

@@ -9,6 +9,7 @@ from datetime import datetime, timedelta, timezone
 from temporalio.client import Client
 
 from activities.admission import signal_with_start_admission
+from activities.audit_store import AuditStore
 from tests.admission_harness import admission_harness
 from tests.decision_sink import DecisionSinkWorkflow
 from workflows.admission import engine
@@ -88,8 +89,6 @@ async def test_burst_across_several_continue_as_new_rounds_loses_and_repeats_not
 
 
 async def _full_audit(h, expected_requests: int):
-    from activities.audit_store import AuditStore
-
     events = AuditStore(h.config.audit_db).events(h.host_group)
     queued = {e.request_id for e in events if e.type == "queued"}
     contiguous = [e.seq for e in events] == list(range(1, len(events) + 1))

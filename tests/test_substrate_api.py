@@ -32,6 +32,7 @@ from activities.sandbox_client import (
 )
 from substrate.config import SubstrateConfig
 from substrate.server import RunningSubstrate, serve_in_thread, spawn
+from tests.substrate_fixtures import substrate_config
 from tests.substrate_support import (
     EXECUTOR_TOKEN,
     FLEET_TOKEN,
@@ -52,15 +53,8 @@ pytestmark = pytest.mark.timeout(60)
 
 
 def config(data_dir: Path, **overrides: object) -> SubstrateConfig:
-    options: dict[str, object] = {
-        "data_dir": data_dir,
-        "port": 0,
-        "instances": 2,
-        "kill_grace_seconds": 0.5,
-        "daemon_settle_seconds": 0.2,
-    }
-    options.update(overrides)
-    return SubstrateConfig(FLEET_TOKEN, EXECUTOR_TOKEN, **options)  # type: ignore[arg-type]
+    """The shared fast test settings, with two targets."""
+    return substrate_config(data_dir, **{"instances": 2, **overrides})
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import signal
 import subprocess
 import time
 from collections.abc import Sequence
@@ -26,6 +25,7 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.service import RPCError
 
 from activities.credentials import TOKEN_ENV_VARS
+from substrate.procs import terminate
 from worker.binaries import temporal_cli
 
 LOG_FILE = "temporal.log"
@@ -61,14 +61,7 @@ class DevServer:
 
     def stop(self, timeout: float = 10.0) -> int:
         """SIGTERM (the server drains and closes SQLite), then SIGKILL if it hangs."""
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-        return self.process.returncode
+        return terminate(self.process, timeout)
 
     def log_tail(self, chars: int = 3000) -> str:
         return _tail(self.log_path, chars)

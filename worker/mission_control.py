@@ -10,6 +10,7 @@ from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle, W
 from temporalio.service import RPCError
 from temporalio.common import SearchAttributePair, TypedSearchAttributes
 
+from workflows.mission.aggregation import is_final
 from workflows.mission.ledger import MissionLedger
 from workflows.mission.messages import MISSION_WORKFLOW, MissionInput, ReviewRequest, mission_workflow_id
 from workflows.mission.search import MISSION_AGGREGATION, MISSION_HOST_GROUP, MISSION_ORCHESTRATOR, MISSION_STATE
@@ -112,8 +113,6 @@ class MissionControl:
         interval: float = 0.5,
     ) -> MissionLedger:
         """Call `on_change` with each new ledger until the mission's verdict settles."""
-        from workflows.mission.aggregation import is_final
-
         last_seq = -1
         while True:
             ledger = await self.show(mission_id)

@@ -52,6 +52,7 @@ class MissionWorkflow:
     def __init__(self, input: MissionInput) -> None:
         self._input = input
         self._spec = input.spec
+        self._child_specs = {child.child_id: child for child in input.spec.children}
         self._ledger = aggregation.initial_ledger(input.spec)
         self._admission = AdmissionClient(input.spec.host_group)
         self._observations: list[ChildObservation] = []
@@ -140,7 +141,7 @@ class MissionWorkflow:
         self._assignments = assignments
         now = workflow.now()
         for child_id, why in unroutable.items():
-            child = next(c for c in self._spec.children if c.child_id == child_id)
+            child = self._child_specs[child_id]
             self._ledger = aggregation.apply_observation(self._ledger, self._spec, ChildObservation(
                 child_id=child_id, kind=child.kind, revision=0, observed_state="operator-review-required",
                 observed_at=now, note=f"unroutable: {why}",
@@ -252,7 +253,7 @@ class MissionWorkflow:
 
     async def _start_child(self, child_id: str) -> workflow.ChildWorkflowHandle:
         spec = self._spec
-        child = next(c for c in spec.children if c.child_id == child_id)
+        child = self._child_specs[child_id]
         target = self._assignments[child_id]
         return await workflow.start_child_workflow(
             WORKLOAD_WORKFLOW,
