@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: install demo test bench clean
+.PHONY: install bytecode demo test bench clean
 
 install: $(STAMP)
 
@@ -12,7 +12,14 @@ $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[dev]'
+	@$(MAKE) --no-print-directory bytecode
 	@touch $(STAMP)
+
+# What pip does for a regular install and not for an editable one. The workflow sandbox
+# imports each workflow module afresh for every workflow run: without bytecode (and with
+# PYTHONDONTWRITEBYTECODE set, as on CI) every run recompiles its module from source.
+bytecode:
+	@$(PY) -m compileall -q activities substrate worker workflows bench
 
 demo: $(STAMP)
 	$(VENV)/bin/conductor demo
@@ -20,7 +27,7 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(PY) -m pytest $(PYTEST_ARGS)
 
-bench: $(STAMP)
+bench: $(STAMP) bytecode
 	@for b in bench/*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
 
 clean:

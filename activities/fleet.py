@@ -78,6 +78,7 @@ from workflows.workload.messages import (
 R = TypeVar("R")
 
 MISSING_CREDENTIALS = "credentials.missing"
+FIRST_POLL_SECONDS = 0.05
 
 
 def task_view(instance_id: str, task: Task, max_output_chars: int) -> TaskView:
@@ -269,18 +270,23 @@ class FleetActivities:
     async def watch_workload(self, request: WatchWorkload) -> WorkloadRecord:
         """Poll until the record's revision passes `after_revision` (or `max_wait_seconds` pass).
 
+        The first polls come quickly and back off (doubling from FIRST_POLL_SECONDS) to the
+        request's interval: a change usually follows soon after the last one (a short command
+        ends moments after it started), and a long wait should not cost more polls.
         Heartbeats on every poll, so a dead worker is noticed within the heartbeat timeout and a
         cancellation from the workflow is delivered here (as `CancelledError` at the next await).
         """
         fleet, _ = self._clients()
         loop = asyncio.get_running_loop()
         deadline = loop.time() + request.max_wait_seconds
+        pause = min(FIRST_POLL_SECONDS, request.poll_interval_seconds)
         while True:
             record = await self._call(WATCH_WORKLOAD, lambda: fleet.get(request.child_id))
             if record.status.revision > request.after_revision or loop.time() >= deadline:
                 return record
             activity.heartbeat(record.status.revision)
-            await asyncio.sleep(min(request.poll_interval_seconds, max(0.0, deadline - loop.time())))
+            await asyncio.sleep(min(pause, max(0.0, deadline - loop.time())))
+            pause = min(pause * 2, request.poll_interval_seconds)
 
     @activity.defn(name=RECONCILE)
     async def reconcile(self, request: Reconcile) -> ReconcileResult:

@@ -52,7 +52,8 @@ async def ceiling(client, task_queue: str, children: int, tag: str) -> float:
 async def mission(control: MissionControl, children: int, tag: str) -> tuple[float, list[float]]:
     spec = parse_spec({
         "mission_id": f"fanout-{tag}", "orchestrator_id": "bench", "goal": "fan-out benchmark",
-        "host_group": f"bench-{tag}", "require_distinct_targets": False,
+        # One host group for every round: its admission singleton is long-lived, as in production.
+        "host_group": "bench", "require_distinct_targets": False,
         "children": [
             {"child_id": f"c{i:03d}", "kind": "one-shot-command", "prompt": "date +%s.%N"} for i in range(children)
         ],

@@ -1,15 +1,17 @@
 """Record the workflow histories that tests/test_replay.py replays on every run.
 
-    .venv/bin/python -m tests.record_histories
+    .venv/bin/python -m tests.record_histories [--tag TAG]
 
 Runs real scenarios on a fresh dev server with the local substrate and writes one
 JSON history per workflow run into tests/histories/. Re-record after an intended
 workflow change only together with a `workflow.patched` branch for the old path,
 keeping the old histories: they stand for workflows already running in production.
+`--tag TAG` appends `-TAG` to every file name, so a new recording sits beside them.
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import json
 import tempfile
@@ -38,6 +40,9 @@ from workflows.mission.search import SEARCH_ATTRIBUTES
 HISTORIES = Path(__file__).resolve().parent / "histories"
 
 
+TAG = ""
+
+
 async def save_chain(client: Client, workflow_id: str, name: str, *, last_runs: int = 2) -> None:
     """Write the last `last_runs` runs of a workflow id (continue-as-new chains have several)."""
     runs = [execution async for execution in client.list_workflows(f"WorkflowId = '{workflow_id}'")]
@@ -45,8 +50,8 @@ async def save_chain(client: Client, workflow_id: str, name: str, *, last_runs: 
     for index, execution in enumerate(runs[-last_runs:]):
         history = await client.get_workflow_handle(workflow_id, run_id=execution.run_id).fetch_history()
         suffix = "" if len(runs) == 1 else f"-run{len(runs) - min(last_runs, len(runs)) + index + 1}"
-        (HISTORIES / f"{name}{suffix}.json").write_text(json.dumps(json.loads(history.to_json()), indent=1))
-        print("recorded", name + suffix, len(history.events), "events")
+        (HISTORIES / f"{name}{suffix}{TAG}.json").write_text(json.dumps(json.loads(history.to_json()), indent=1))
+        print("recorded", name + suffix + TAG, len(history.events), "events")
 
 
 async def main() -> None:
@@ -126,7 +131,7 @@ async def record(client: Client, substrate, scratch: Path) -> None:
 
         await save_chain(client, "probe-steady", "admission-probe-steady")
         await save_chain(client, "probe-urgent", "admission-probe-urgent")
-        await save_chain(client, admission_workflow_id("probes"), "admission-probes", last_runs=1)
+        await save_chain(client, admission_workflow_id("probes"), "admission-probes", last_runs=2)
         await save_chain(client, admission_workflow_id("burst"), "admission-burst", last_runs=2)
         await save_chain(client, "mission:recorded-mixed", "mission-mixed")
         await save_chain(client, "mission:recorded-cancel", "mission-cancelled")
@@ -140,5 +145,9 @@ async def record(client: Client, substrate, scratch: Path) -> None:
 if __name__ == "__main__":
     from worker.process import exit_now
 
+    parser = argparse.ArgumentParser(description="Record the histories that tests/test_replay.py replays.")
+    parser.add_argument("--tag", default="", help="suffix for every file name, to keep older recordings")
+    tag = parser.parse_args().tag
+    TAG = f"-{tag}" if tag else ""
     asyncio.run(main())
     exit_now(0)

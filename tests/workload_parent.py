@@ -1,4 +1,5 @@
-"""A stand-in parent for WorkloadWorkflow tests: starts one child, collects its observations.
+"""A stand-in parent for WorkloadWorkflow tests: starts one child, collects its observations
+(signalled ones, then the last one from the child's result, as MissionWorkflow does).
 
 It cancels the child when told to (the way a mission does on a lost lease or fail-fast)
 and returns everything it saw, in arrival order.
@@ -61,4 +62,7 @@ class WorkloadParentProbe:
             if not is_cancelled_exception(error):
                 raise
             return ParentOutcome(observations=self._observations, child_cancelled=True)
+        # The last observation travels in the result, as MissionWorkflow folds it.
+        if not self._observations or self._observations[-1] != result.observation:
+            self._observations.append(result.observation)
         return ParentOutcome(observations=self._observations, result=result)

@@ -1,9 +1,14 @@
 """The requester side of admission, for use inside any workflow that needs it.
 
-One `AdmissionClient` per requester workflow: it submits batches (signal-with-start
-through an activity, so the first requester creates the host group's singleton),
-receives `admission_decided` signals, keeps every held lease alive with ONE timer
+One `AdmissionClient` per requester workflow: it submits batches, receives `admission_decided` signals, keeps every held lease alive with ONE timer
 loop that renews all of them at a third of the TTL, and releases or cancels.
+
+Since patch `LEAN_CLIENT`: a submit is a plain signal to the running singleton;
+only when that fails (the first requester of a host group, or the singleton was
+terminated) does it fall back to signal-with-start through an activity, which
+creates the singleton. And giving everything back never releases again what a
+confirmed release already has in flight: the second answer would arrive after
+the requester decided to close, failing its closing workflow task.
 
 It fails closed: a lease counts as current only while the last decision said
 `admitted` and its expiry is still ahead of workflow time. A requester whose
@@ -34,6 +39,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.admission.model import AdmissionRequest
 
 SUBMIT_ACTIVITY = "submit_admission_batch"
+LEAN_CLIENT = "admission-client-lean"
 
 
 class AdmissionClient:
@@ -43,6 +49,7 @@ class AdmissionClient:
         self.history: list[AdmissionDecision] = []
         self._mine: set[str] = set()
         self._renew_sent: dict[str, int] = {}  # request id -> lease revision a renewal was sent for
+        self._giving_back: set[str] = set()  # released or cancelled with confirmation, not yet answered
         self._version = 0  # bumped on every decision batch; waiters compare, never reset
         self._stopped = False
         workflow.set_signal_handler(DECISION_SIGNAL, self._on_decisions)
@@ -56,6 +63,7 @@ class AdmissionClient:
                 continue  # an older decision overtaken by a newer one
             self.decisions[decision.request_id] = decision
             self.history.append(decision)
+            self._giving_back.discard(decision.request_id)  # answered (or overtaken: decide again)
         self._version += 1
 
     # --- what the requester asks ------------------------------------------------------------
@@ -86,6 +94,8 @@ class AdmissionClient:
         requests = list(requests)
         self._mine.update(request.request_id for request in requests)
         batch = SubmitBatch(requester=workflow.info().workflow_id, requests=requests)
+        if workflow.patched(LEAN_CLIENT) and await self._signal("submit", batch, expect_failure=True):
+            return
         await workflow.execute_activity(
             SUBMIT_ACTIVITY,
             SubmitAdmission(host_group=self.host_group, batch=batch),
@@ -114,23 +124,37 @@ class AdmissionClient:
         except asyncio.TimeoutError:
             pass
 
-    async def release(self, request_ids: Iterable[str]) -> None:
+    async def release(self, request_ids: Iterable[str], *, confirm: bool = True) -> None:
+        """Give leases back. `confirm=False` asks for no decision back: for a requester about to
+        close, which saves a signal each way and never gets signalled after it has closed."""
         ids = sorted(set(request_ids))
         if ids:
-            await self._signal("release", ReleaseBatch(requester=workflow.info().workflow_id, request_ids=ids))
+            if confirm:
+                self._giving_back.update(ids)
+            me = workflow.info().workflow_id
+            await self._signal("release", ReleaseBatch(requester=me, request_ids=ids, confirm=confirm))
 
-    async def cancel(self, request_ids: Iterable[str]) -> None:
+    async def cancel(self, request_ids: Iterable[str], *, confirm: bool = True) -> None:
         ids = sorted(set(request_ids))
         if ids:
-            await self._signal("cancel", CancelBatch(requester=workflow.info().workflow_id, request_ids=ids))
+            if confirm:
+                self._giving_back.update(ids)
+            me = workflow.info().workflow_id
+            await self._signal("cancel", CancelBatch(requester=me, request_ids=ids, confirm=confirm))
 
-    async def give_back_everything(self, confirm_within: timedelta = timedelta(minutes=1)) -> bool:
+    async def give_back_everything(self, confirm_within: timedelta | None = timedelta(minutes=1)) -> bool:
         """Release what is admitted, cancel what is still waiting, and wait for the confirmation
-        (so the admission workflow never signals a requester that has already closed)."""
+        (which then shows in `decisions`). `confirm_within=None` asks for no confirmation: for a
+        requester that closes next and has no use for one."""
         self._stopped = True
         live = ("admitted", "queued", None)
-        await self.release(rid for rid in self._mine if self.state_of(rid) == "admitted")
-        await self.cancel(rid for rid in self._mine if self.state_of(rid) in (None, "queued"))
+        confirm = confirm_within is not None
+        in_flight = self._giving_back if workflow.patched(LEAN_CLIENT) else set()
+        mine = self._mine - in_flight
+        await self.release((rid for rid in mine if self.state_of(rid) == "admitted"), confirm=confirm)
+        await self.cancel((rid for rid in mine if self.state_of(rid) in (None, "queued")), confirm=confirm)
+        if not confirm:
+            return True
         try:
             await workflow.wait_condition(
                 lambda: all(self.state_of(rid) not in live for rid in self._mine),
@@ -182,11 +206,15 @@ class AdmissionClient:
             moments.append(decision.lease_expires_at - timedelta(seconds=decision.lease_ttl_seconds * 2 / 3))
         return min(moments) if moments else None
 
-    async def _signal(self, name: str, payload: object) -> None:
+    async def _signal(self, name: str, payload: object, *, expect_failure: bool = False) -> bool:
+        """Signal the singleton; False (logged) when it cannot be reached."""
         try:
             await workflow.get_external_workflow_handle(admission_workflow_id(self.host_group)).signal(name, payload)
         except asyncio.CancelledError:
             raise
         except Exception as error:
             # Fail closed: without the admission workflow our leases simply stop being current.
-            workflow.logger.warning("admission workflow for %s unreachable: %s", self.host_group, error)
+            log = workflow.logger.info if expect_failure else workflow.logger.warning
+            log("admission workflow for %s unreachable: %s", self.host_group, error)
+            return False
+        return True

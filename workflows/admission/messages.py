@@ -47,11 +47,15 @@ class RenewBatch(_Message):
 class ReleaseBatch(_Message):
     requester: str
     request_ids: list[str]
+    # False: the requester needs no decision back for these requests (typically because it is
+    # about to close), so the admission workflow sends none: no signal to a closed workflow.
+    confirm: bool = True
 
 
 class CancelBatch(_Message):
     requester: str
     request_ids: list[str]
+    confirm: bool = True
 
 
 class PolicyChange(_Message):

@@ -43,6 +43,7 @@ class ProbeInput(BaseModel):
     hold_seconds: float = Field(default=0, ge=0)
     renew: bool = True
     decision_timeout_seconds: float = Field(default=3600, gt=0)
+    confirm_give_back: bool = True
 
 
 class ProbeResult(BaseModel):
@@ -77,7 +78,7 @@ class AdmissionProbeWorkflow:
         deadline = workflow.now() + timedelta(seconds=input.hold_seconds)
         while admission.held() and not self._finish and workflow.now() < deadline:
             await admission.wait_for_change(timeout=deadline - workflow.now(), or_when=lambda: self._finish)
-        await admission.give_back_everything()
+        await admission.give_back_everything(None if not input.confirm_give_back else timedelta(minutes=1))
         if renewals is not None:
             await renewals
 

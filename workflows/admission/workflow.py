@@ -9,13 +9,19 @@ of decisions, one `admission_decided` signal per requester and one audit export.
 Time enters the engine only through `workflow.now()`, and the loop sleeps on a
 single timer until the engine's next wake-up (earliest lease expiry, queue
 deadline, or aging step that could enable preemption); any signal wakes it early.
+
+Every command costs history events, and events are what a busy singleton spends
+its time on. So (patch `LEAN_PASSES`) the timer stands across passes and is only
+replaced when the wake-up moves earlier (a timer that fires early just runs an
+empty pass), and at most one audit export is in flight: events produced while
+it runs wait and leave together in the next one.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections import defaultdict, deque
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
@@ -54,6 +60,8 @@ with workflow.unsafe.imports_passed_through():
     from workflows.audit import AuditExport
 
 EXPORT_AUDIT_ACTIVITY = "export_audit_events"
+LEAN_PASSES = "admission-standing-timer-one-audit-export"
+MAX_EVENTS_PER_EXPORT = 500  # keeps one export's input far below the server's payload limit
 
 
 @workflow.defn(name="AdmissionWorkflow")
@@ -77,6 +85,12 @@ class AdmissionWorkflow:
             self._recent = deque(carried.recent_audit, maxlen=input.recent_audit_events)
             self._audit_chain = carried.audit_chain
         self._pending: set[asyncio.Task[None]] = set()
+        self._lean = False  # decided in run(): patched() belongs to workflow code, not construction
+        self._timer: asyncio.Task[None] | None = None
+        self._timer_at: datetime | None = None
+        self._timer_fired = False
+        self._audit_outbox: list[AuditEvent] = []
+        self._exporting = False
         self._gone_requesters: set[str] = set(carried.gone_requesters) if carried else set()
 
     # --- signals: append only; the main loop decides ---------------------------------------
@@ -161,6 +175,7 @@ class AdmissionWorkflow:
     @workflow.run
     async def run(self, input: AdmissionWorkflowInput) -> None:
         workflow.set_current_details(f"admission for host group {input.host_group}")
+        self._lean = workflow.patched(LEAN_PASSES)
         while True:
             await self._wait_for_work()
             self._decide()
@@ -176,6 +191,13 @@ class AdmissionWorkflow:
         if self._inbox or self._gone_requesters:
             return
         wake = engine.next_wakeup(self._state)
+        if self._lean:
+            if wake is not None and wake <= workflow.now():
+                return
+            self._timer_fired = False
+            self._arm_timer(wake)
+            await workflow.wait_condition(lambda: bool(self._inbox) or bool(self._gone_requesters) or self._timer_fired)
+            return
         timeout = None
         if wake is not None:
             timeout = wake - workflow.now()
@@ -190,6 +212,22 @@ class AdmissionWorkflow:
         except asyncio.TimeoutError:
             pass
 
+    def _arm_timer(self, wake: datetime | None) -> None:
+        """Make sure a timer fires no later than `wake`, replacing the standing one only if it is later."""
+        if wake is None or (self._timer_at is not None and self._timer_at <= wake):
+            return
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer_at = wake
+        self._timer = asyncio.ensure_future(self._sleep_until(wake))
+
+    async def _sleep_until(self, wake: datetime) -> None:
+        try:
+            await workflow.sleep(wake - workflow.now(), summary="next lease expiry, queue deadline or aging step")
+        except asyncio.CancelledError:
+            return  # replaced by an earlier timer, which now owns _timer/_timer_at
+        self._timer, self._timer_at, self._timer_fired = None, None, True
+
     def _decide(self) -> None:
         """One pass: every inbox item through the engine, then one signal per requester."""
         now = workflow.now()
@@ -197,6 +235,7 @@ class AdmissionWorkflow:
         touched: dict[str, dict[str, AdmissionDecision | None]] = defaultdict(dict)
         errors: dict[tuple[str, str], OpResult] = {}
         events: list[AuditEvent] = []
+        unconfirmed: set[str] = set()  # released or cancelled with confirm=False: nobody to tell
 
         def apply(op, requester: str | None, request_id: str | None) -> OpResult:
             self._state, result, new_events = engine.apply(self._state, op, now)
@@ -211,7 +250,7 @@ class AdmissionWorkflow:
             self._abandon(requester, apply)
         self._gone_requesters.clear()
         for item in items:
-            self._apply_item(item, apply)
+            self._apply_item(item, apply, unconfirmed)
         if not items:
             apply(Reconcile(), None, None)
 
@@ -221,7 +260,7 @@ class AdmissionWorkflow:
                 continue
             happened[event.request_id].append(event)
             requester = self._requesters.get(event.request_id)
-            if requester is not None:
+            if requester is not None and event.request_id not in unconfirmed:
                 touched[requester].setdefault(event.request_id, None)
         self._recent.extend(events)
         self._forget_dropped()
@@ -229,7 +268,7 @@ class AdmissionWorkflow:
         if events:
             self._export_audit(events)
 
-    def _apply_item(self, item: InboxItem, apply) -> None:
+    def _apply_item(self, item: InboxItem, apply, unconfirmed: set[str]) -> None:
         if item.submit is not None:
             requester = item.submit.requester
             for request in item.submit.requests:
@@ -240,11 +279,17 @@ class AdmissionWorkflow:
             for lease in item.renew.leases:
                 apply(Renew(request_id=lease.request_id, lease_revision=lease.lease_revision), item.renew.requester, lease.request_id)
         elif item.release is not None:
+            reply_to = item.release.requester if item.release.confirm else None
             for request_id in item.release.request_ids:
-                apply(Release(request_id=request_id), item.release.requester, request_id)
+                apply(Release(request_id=request_id), reply_to, request_id)
+            if not item.release.confirm:
+                unconfirmed.update(item.release.request_ids)
         elif item.cancel is not None:
+            reply_to = item.cancel.requester if item.cancel.confirm else None
             for request_id in item.cancel.request_ids:
-                apply(Cancel(request_id=request_id), item.cancel.requester, request_id)
+                apply(Cancel(request_id=request_id), reply_to, request_id)
+            if not item.cancel.confirm:
+                unconfirmed.update(item.cancel.request_ids)
         elif item.set_policy is not None:
             workflow.logger.info("policy changed by %s", item.set_policy.operator)
             apply(SetPolicy(policy=item.set_policy.policy, operator=item.set_policy.operator), None, None)
@@ -318,14 +363,31 @@ class AdmissionWorkflow:
             self._gone_requesters.add(requester)
 
     def _export_audit(self, events: list[AuditEvent]) -> None:
-        export = AuditExport(host_group=self._input.host_group, chain=self._audit_chain, events=events)
-        self._spawn(workflow.execute_activity(
+        if not self._lean:
+            self._spawn(self._export(events))
+            return
+        self._audit_outbox.extend(events)
+        if not self._exporting:
+            self._exporting = True
+            self._spawn(self._drain_audit_outbox())
+
+    async def _drain_audit_outbox(self) -> None:
+        try:
+            while self._audit_outbox:
+                batch = self._audit_outbox[:MAX_EVENTS_PER_EXPORT]
+                del self._audit_outbox[:MAX_EVENTS_PER_EXPORT]
+                await self._export(batch)
+        finally:
+            self._exporting = False
+
+    async def _export(self, events: list[AuditEvent]) -> None:
+        await workflow.execute_activity(
             EXPORT_AUDIT_ACTIVITY,
-            export,
+            AuditExport(host_group=self._input.host_group, chain=self._audit_chain, events=events),
             start_to_close_timeout=timedelta(seconds=30),
             retry_policy=RetryPolicy(initial_interval=timedelta(seconds=1), maximum_interval=timedelta(minutes=1)),
             summary=f"export {len(events)} audit events",
-        ))
+        )
 
     def _spawn(self, awaitable) -> None:
         task = asyncio.ensure_future(awaitable)
@@ -341,15 +403,29 @@ class AdmissionWorkflow:
         return info.is_continue_as_new_suggested() or info.get_current_history_length() >= self._input.max_history_events
 
     def _carry(self) -> AdmissionWorkflowInput:
-        records = self._state.records
         return self._input.model_copy(update={
             "policy": self._state.policy,
-            "carried": CarriedState(
-                engine=codec.encode(self._state),
-                requesters_packed=codec.pack_json({rid: who for rid, who in self._requesters.items() if rid in records}),
-                inbox=self._inbox,
-                gone_requesters=sorted(self._gone_requesters),
-                recent_audit=list(self._recent),
-                audit_chain=self._audit_chain,
+            "carried": carried_state(
+                self._state, self._requesters, self._inbox, self._gone_requesters, list(self._recent), self._audit_chain,
             ),
         })
+
+
+def carried_state(
+    state: engine.EngineState,
+    requesters: dict[str, str],
+    inbox: list[InboxItem],
+    gone_requesters: set[str],
+    recent_audit: list[AuditEvent],
+    audit_chain: str,
+) -> CarriedState:
+    """The compact form a continued run starts from (also what the benchmark sizes)."""
+    records = state.records
+    return CarriedState(
+        engine=codec.encode(state),
+        requesters_packed=codec.pack_json({rid: who for rid, who in requesters.items() if rid in records}),
+        inbox=inbox,
+        gone_requesters=sorted(gone_requesters),
+        recent_audit=recent_audit,
+        audit_chain=audit_chain,
+    )

@@ -7,6 +7,16 @@ with a compare-and-swap observation; then follow the record's revisions with one
 heartbeating watch activity at a time, signalling every new revision to the parent
 workflow (`OBSERVATION_SIGNAL`, a `ChildObservation`).
 
+Lean runs (patch `LEAN`; older runs replay their old path), because a mission fans
+out hundreds of these and every event, task and call counts:
+- the short fleet and executor calls are local activities: one marker event each, and
+  consecutive calls can complete inside one workflow task;
+- the admitted record is not reported on its own (the bound one follows within moments),
+  and the last observation of a workload that ends normally travels in its result, which
+  the parent folds like a signalled one: a signal and a workflow task less on each side;
+- binding reads the record first: the executor binds the task itself when it accepts the
+  dispatch, so the compare-and-swap write is only needed when it did not.
+
 It ends when the record is terminal (`succeeded`, `failed`, `cancelled`, `timed-out`) or
 needs an operator (`unknown`, `operator-review-required`). Long-lived kinds (daemon,
 persistent agent, scheduled collector) are followed past satisfaction, every change
@@ -73,14 +83,24 @@ T = TypeVar("T")
 CALL_TIMEOUT = timedelta(seconds=30)
 CALL_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), backoff_coefficient=2, maximum_interval=timedelta(seconds=30))
 MAX_CAS_ATTEMPTS = 10
+LEAN = "workload-lean"
 
 # A new status to write and the identity to bind with it; None: nothing to write any more.
 Change = tuple[WorkloadStatus, RuntimeIdentityUpdate | None] | None
 
 
-def _refusal(error: ActivityError) -> ApplicationError | None:
-    """The non-retryable server refusal behind an activity failure, if that is what it was."""
-    cause = error.cause
+# How a failed call surfaces: a regular activity's as an ActivityError around the activity's
+# own error, a local activity's as that error itself.
+CALL_FAILED = (ActivityError, ApplicationError)
+
+
+def _cause(error: BaseException) -> BaseException:
+    return (error.cause or error) if isinstance(error, ActivityError) else error
+
+
+def _refusal(error: BaseException) -> ApplicationError | None:
+    """The non-retryable server refusal behind a failed call, if that is what it was."""
+    cause = _cause(error)
     if isinstance(cause, ApplicationError) and cause.non_retryable:
         return cause
     return None
@@ -112,6 +132,7 @@ class WorkloadWorkflow:
         self._output_sha256: str | None = carried.output_sha256 if carried else None
         self._note: str | None = None
         self._last: ChildObservation | None = None
+        self._lean = False  # decided at the start of run(): patched() belongs to workflow code
 
     @workflow.query
     def observation(self) -> ChildObservation | None:
@@ -120,6 +141,7 @@ class WorkloadWorkflow:
 
     @workflow.run
     async def run(self, input: WorkloadInput) -> WorkloadResult:
+        self._lean = workflow.patched(LEAN)
         record: WorkloadRecord | None = input.carried.record if input.carried else None
         try:
             if record is None:
@@ -160,7 +182,7 @@ class WorkloadWorkflow:
             ) from None
         try:
             admitted = await self._call(ADMIT_WORKLOAD, AdmitWorkload(record=record), Admitted)
-        except ActivityError as error:
+        except CALL_FAILED as error:
             refusal = _refusal(error)
             if refusal is None:
                 raise
@@ -183,7 +205,8 @@ class WorkloadWorkflow:
 
     async def _start(self, record: WorkloadRecord) -> WorkloadRecord:
         """Dispatch and bind the task, or re-adopt the one the record already names."""
-        await self._report(record)
+        if not self._lean:
+            await self._report(record)
         if record.lineage.task_id is not None:
             self._task_id = record.lineage.task_id
             workflow.logger.info("re-adopting task %s of %s: not dispatching again", self._task_id, self._child_id)
@@ -193,7 +216,7 @@ class WorkloadWorkflow:
         dispatch = DispatchTask(instance_id=self._input.target_id, dispatch=build_dispatch(self._input))
         try:
             task = await self._call(DISPATCH_TASK, dispatch, TaskView)
-        except ActivityError as error:
+        except CALL_FAILED as error:
             refusal = _refusal(error)
             if refusal is None:
                 raise
@@ -206,6 +229,8 @@ class WorkloadWorkflow:
             reason = task.status_text or "the executor rejected the task"
             return await self._fail(current, "executor.task_rejected", f"dispatch rejected: {reason}")
         self._task_id = task.task_id
+        if self._lean:
+            record = await self._get()  # usually bound already by the executor: then nothing to write
         return await self._bind(record, task)
 
     async def _bind(self, record: WorkloadRecord, task: TaskView) -> WorkloadRecord:
@@ -278,7 +303,7 @@ class WorkloadWorkflow:
 
     async def _follow(self, record: WorkloadRecord) -> WorkloadRecord:
         while True:
-            await self._report(record)
+            await self._report(record, in_result=self._lean and finished(record))
             if finished(record):
                 return record
             if self._history_is_long():
@@ -317,8 +342,9 @@ class WorkloadWorkflow:
         )
         return self._input.model_copy(update={"carried": carry})
 
-    async def _report(self, record: WorkloadRecord) -> None:
-        """Signal the parent once per new revision, with the result's text when there is one."""
+    async def _report(self, record: WorkloadRecord, *, in_result: bool = False) -> None:
+        """Signal the parent once per new revision, with the result's text when there is one.
+        `in_result`: this is the last observation and the workflow's result carries it; no signal."""
         if record.status.revision <= self._reported:
             return
         self._reported = record.status.revision
@@ -332,16 +358,16 @@ class WorkloadWorkflow:
             )
             self._output, self._output_sha256 = view.output, sha256
         note, self._note = self._note, None
-        await self._send(observation_of(record, self._child_id, output=self._output, note=note))
+        await self._send(observation_of(record, self._child_id, output=self._output, note=note), signal=not in_result)
 
-    async def _send(self, observation: ChildObservation) -> None:
+    async def _send(self, observation: ChildObservation, *, signal: bool = True) -> None:
         self._last = observation
         workflow.set_current_details(
             f"{observation.kind} {observation.child_id} on {self._input.target_id}: "
             f"{observation.observed_state} (revision {observation.revision})"
         )
         parent = workflow.info().parent
-        if parent is None:
+        if parent is None or not signal:
             return
         try:
             await workflow.get_external_workflow_handle(parent.workflow_id).signal(OBSERVATION_SIGNAL, observation)
@@ -356,8 +382,8 @@ class WorkloadWorkflow:
         """Cancel the runtime task and report how the workload ended (runs shielded)."""
         try:
             record = await self._get()
-        except ActivityError as error:
-            workflow.logger.warning("cancelled before %s was admitted: %s", self._child_id, error.cause or error)
+        except CALL_FAILED as error:
+            workflow.logger.warning("cancelled before %s was admitted: %s", self._child_id, _cause(error))
             return
         try:
             task_id = record.lineage.task_id or self._task_id
@@ -370,8 +396,8 @@ class WorkloadWorkflow:
                 record = await self._get()
                 if view.state == "canceled" and not finished(record):
                     record = await self._compare_and_swap(record, self._cancelled_change)
-        except ActivityError as error:
-            workflow.logger.warning("cancelling %s on the executor failed: %s", self._child_id, error.cause or error)
+        except CALL_FAILED as error:
+            workflow.logger.warning("cancelling %s on the executor failed: %s", self._child_id, _cause(error))
         await self._report(record)
 
     def _cancelled_change(self, current: WorkloadRecord) -> Change:
@@ -388,7 +414,15 @@ class WorkloadWorkflow:
         return await self._call(GET_WORKLOAD, WorkloadRef(child_id=self._fleet_id), WorkloadRecord)
 
     async def _call(self, activity: str, argument: Any, result_type: type[T]) -> T:
-        return await workflow.execute_activity(
+        """One short, idempotent fleet or executor call.
+
+        A local activity in lean runs: it runs in this worker, its result is one marker event,
+        and consecutive calls can finish inside one workflow task, where a regular activity
+        costs three events, a task dispatch and a workflow task each. Retries and timeouts are
+        the same; the long watch stays a regular, heartbeating activity.
+        """
+        call = workflow.execute_local_activity if self._lean else workflow.execute_activity
+        return await call(
             activity,
             argument,
             result_type=result_type,

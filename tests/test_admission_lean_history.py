@@ -1,0 +1,107 @@
+"""What the admission protocol costs in history events, on the time-skipping server.
+
+A busy singleton spends its time on history events, so the protocol avoids the ones it can:
+submits are plain signals once the singleton runs, a closing requester can give back without
+a confirmation, the singleton keeps one standing timer instead of one per pass, and at most
+one audit export is in flight. Each test also checks that nothing was lost on the way.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from temporalio.api.enums.v1 import EventType
+from temporalio.testing import WorkflowEnvironment
+
+from tests.admission_harness import admission_harness
+from tests.test_admission_workflow import HOLD, audit_of
+from workflows.admission.model import AdmissionPolicy, AuditEvent
+from workflows.admission.probe import ProbeRequest, ProbeResult
+
+
+async def _event_types(handle) -> list[str]:
+    history = await handle.fetch_history()
+    return [EventType.Name(event.event_type).removeprefix("EVENT_TYPE_") for event in history.events]
+
+
+async def test_first_requester_creates_the_singleton_later_ones_just_signal(fresh_time_skipping_env: WorkflowEnvironment, tmp_path):
+    policy = AdmissionPolicy(max_concurrent=5, lease_ttl_seconds=60)
+    async with admission_harness(fresh_time_skipping_env.client, tmp_path, policy) as h:
+        first = await h.start_probe("first", ProbeRequest(request_id="first"), hold_seconds=HOLD)
+        await h.until_leased("first")
+        second = await h.start_probe("second", ProbeRequest(request_id="second"))
+        second_result: ProbeResult = await second.result()
+        await first.signal("finish")
+        first_result: ProbeResult = await first.result()
+
+        assert first_result.final["first"].state == "released"
+        assert second_result.final["second"].state == "released"
+        first_events = Counter(await _event_types(first))
+        second_events = Counter(await _event_types(second))
+        # No singleton yet: the signal failed and signal-with-start through the activity created it.
+        assert first_events["SIGNAL_EXTERNAL_WORKFLOW_EXECUTION_FAILED"] == 1
+        assert first_events["ACTIVITY_TASK_SCHEDULED"] == 1
+        # The singleton was running: one plain signal, no activity.
+        assert second_events["ACTIVITY_TASK_SCHEDULED"] == 0
+        assert second_events["SIGNAL_EXTERNAL_WORKFLOW_EXECUTION_FAILED"] == 0
+
+
+async def test_give_back_without_confirmation_sends_nothing_back(fresh_time_skipping_env: WorkflowEnvironment, tmp_path):
+    policy = AdmissionPolicy(max_concurrent=5, lease_ttl_seconds=60)
+    async with admission_harness(fresh_time_skipping_env.client, tmp_path, policy) as h:
+        holder = await h.start_probe("holder", ProbeRequest(request_id="holder"), hold_seconds=HOLD)
+        await h.until_leased("holder")
+        quiet = await h.start_probe("quiet", ProbeRequest(request_id="quiet"), confirm_give_back=False)
+        result: ProbeResult = await quiet.result()
+
+        assert result.final["quiet"].state == "admitted"  # the last word it heard; none came after
+        assert Counter(await _event_types(quiet))["WORKFLOW_EXECUTION_SIGNALED"] == 1  # the admission only
+        await h.eventually(lambda: _is(h.leased, ["holder"]), "the quiet lease given back")
+        assert [e.type for e in audit_of(h, "quiet")] == ["queued", "admitted", "released"]
+        singleton = Counter(await _event_types(h.admission))
+        assert singleton["SIGNAL_EXTERNAL_WORKFLOW_EXECUTION_INITIATED"] == 2  # one admission each, nothing more
+        assert singleton["SIGNAL_EXTERNAL_WORKFLOW_EXECUTION_FAILED"] == 0  # never signalled a closed requester
+        await holder.signal("finish")
+        await holder.result()
+
+
+async def test_busy_singleton_keeps_one_timer_and_one_audit_export_in_flight(
+    fresh_time_skipping_env: WorkflowEnvironment, tmp_path,
+):
+    policy = AdmissionPolicy(max_concurrent=20, lease_ttl_seconds=60)
+    async with admission_harness(fresh_time_skipping_env.client, tmp_path, policy) as h:
+        holder = await h.start_probe("holder", ProbeRequest(request_id="holder"), hold_seconds=HOLD)
+        await h.until_leased("holder")
+        probes = [await h.start_probe(f"p{i}", ProbeRequest(request_id=f"p{i}")) for i in range(8)]
+        for probe in probes:
+            assert (await probe.result()).final[probe.id.rsplit(":", 1)[1]].state == "released"
+        await fresh_time_skipping_env.sleep(300)  # five TTLs: the holder renews, the timer keeps firing
+        await holder.signal("finish")
+        assert (await holder.result()).final["holder"].state == "released"
+
+        recent = await h.query("audit", 10_000, result_type=list[AuditEvent])
+        await h.eventually(lambda: _stored_seqs_are(h, [e.seq for e in recent]), "every audit event stored")
+        types = await _event_types(h.admission)
+        counts = Counter(types)
+        # The wake-up (the earliest lease expiry) only ever moved later: no timer was replaced,
+        # and each timer started after the one before it fired.
+        assert counts["TIMER_CANCELED"] == 0
+        assert counts["TIMER_STARTED"] <= counts["TIMER_FIRED"] + 1
+        assert counts["TIMER_FIRED"] >= 3
+        in_flight = 0
+        for kind in types:
+            in_flight += kind == "ACTIVITY_TASK_SCHEDULED"
+            in_flight -= kind in ("ACTIVITY_TASK_COMPLETED", "ACTIVITY_TASK_FAILED", "ACTIVITY_TASK_TIMED_OUT")
+            assert in_flight <= 1
+        # Fewer exports than passes that produced events: the ones made during an export waited and coalesced.
+        assert counts["ACTIVITY_TASK_SCHEDULED"] < counts["WORKFLOW_EXECUTION_SIGNALED"]
+
+
+async def _is(view, expected) -> bool:
+    return await view() == expected
+
+
+async def _stored_seqs_are(h, seqs: list[int]) -> bool:
+    stored = [event.seq for event in audit_of(h)]
+    assert len(stored) == len(set(stored)), "an audit event was stored twice"
+    return stored == seqs == list(range(1, len(seqs) + 1))
