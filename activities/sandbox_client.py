@@ -212,7 +212,7 @@ class _Client:
         except httpx.TimeoutException as error:
             raise SubstrateUnavailable("http.timeout", f"{method} {path} timed out: {type(error).__name__}") from None
         except httpx.TransportError as error:
-            raise SubstrateUnavailable("http.unreachable", f"{method} {path} failed: {error}") from None
+            raise SubstrateUnavailable("http.unreachable", f"{method} {path} failed: {type(error).__name__} {error}") from None
         if response.is_success:
             return response
         raise error_from_response(response)

@@ -58,6 +58,9 @@ def _uvicorn(config: SubstrateConfig) -> uvicorn.Server:
             log_level="warning",
             access_log=False,
             timeout_graceful_shutdown=5,
+            # Longer than the clients' pooled-connection expiry (httpx: 5 s): with equal timeouts
+            # the server closes an idle connection just as a client reuses it, and the call fails.
+            timeout_keep_alive=75,
         )
     )
 

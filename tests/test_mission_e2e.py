@@ -40,6 +40,16 @@ async def test_all_pass_mission_on_distinct_targets(dev_client: Client, substrat
         assert all(child.admission.state == "released" for child in final.children)
         history = SqliteLedgerStore(h.config.ledger_db).history(spec.mission_id)
         assert len(history) >= 3 and [ref.seq for ref in history] == sorted(ref.seq for ref in history)
+        assert history[-1].seq == final.snapshot_seq  # the closing snapshot is the final ledger
+        # Snapshots are written in the background, one at a time: never two writes in flight.
+        writes: set[int] = set()
+        for event in (await h.control.handle(spec.mission_id).fetch_history()).events:
+            if event.HasField("activity_task_scheduled_event_attributes"):
+                if event.activity_task_scheduled_event_attributes.activity_type.name == "write_ledger_snapshot":
+                    writes.add(event.event_id)
+                    assert len(writes) == 1, "two ledger snapshot writes in flight"
+            elif event.HasField("activity_task_completed_event_attributes"):
+                writes.discard(event.activity_task_completed_event_attributes.scheduled_event_id)
 
 
 async def test_quorum_met_despite_failures(dev_client: Client, substrate, tmp_path):

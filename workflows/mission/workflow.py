@@ -44,9 +44,10 @@ with workflow.unsafe.imports_passed_through():
 
 
 WAKE_FROM_PASS_START = "mission-wake-from-pass-start"
-# Listing targets and writing a snapshot are short calls the mission waits for; as local
-# activities they cost one marker event each instead of an activity round trip through the server.
-LOCAL_SHORT_CALLS = "mission-local-short-calls"
+# Lean runs: targets are listed with a local activity (one marker event, no round trip through
+# the server), and snapshots are written by one background writer, so a pass never waits for a
+# write. A write in flight holds back only the next one, which then takes the latest ledger.
+LEAN = "mission-lean"
 
 
 @workflow.defn(name="MissionWorkflow")
@@ -67,6 +68,8 @@ class MissionWorkflow:
         self._stop_requested = False
         self._wake = 0
         self._written_seq = -1
+        self._writing = False
+        self._lean = False  # decided at the start of run(): patched() belongs to workflow code
         self._shown_state: str | None = None
 
     # --- operator and child inputs ----------------------------------------------------------
@@ -112,6 +115,7 @@ class MissionWorkflow:
 
     @workflow.run
     async def run(self, input: MissionInput) -> MissionLedger:
+        self._lean = workflow.patched(LEAN)
         try:
             await self._plan()
             await self._submit_for_admission()
@@ -133,7 +137,8 @@ class MissionWorkflow:
 
     async def _plan(self) -> None:
         self._details("planning: listing executor targets")
-        targets: TargetList = await self._short_call()(
+        list_targets = workflow.execute_local_activity if self._lean else workflow.execute_activity
+        targets: TargetList = await list_targets(
             LIST_TARGETS,
             result_type=TargetList,
             start_to_close_timeout=timedelta(seconds=30),
@@ -348,16 +353,35 @@ class MissionWorkflow:
         self._fold_observations()
         await self._admission.give_back_everything()
         self._fold_decisions()
-        await self._snapshot()
+        await self._snapshot(flush=True)
         self._publish()
 
     # --- what operators see -----------------------------------------------------------------
 
-    async def _snapshot(self) -> None:
+    async def _snapshot(self, *, flush: bool = False) -> None:
+        """Write the ledger if it changed: awaited in older runs; in lean runs handed to the
+        background writer, and awaited only when `flush` (the last snapshot, at closing)."""
+        if not self._lean:
+            await self._write_changed_ledger()
+            return
+        if not self._writing and self._ledger.snapshot_seq != self._written_seq:
+            self._writing = True
+            asyncio.ensure_future(self._write_in_background())
+        if flush:
+            await workflow.wait_condition(lambda: not self._writing)
+
+    async def _write_in_background(self) -> None:
+        try:
+            while self._ledger.snapshot_seq != self._written_seq:
+                await self._write_changed_ledger()
+        finally:
+            self._writing = False
+
+    async def _write_changed_ledger(self) -> None:
         if self._ledger.snapshot_seq == self._written_seq:
             return
         ledger = self._ledger
-        await self._short_call()(
+        await workflow.execute_activity(
             WRITE_LEDGER_SNAPSHOT_ACTIVITY,
             ledger,
             result_type=SnapshotRef,
@@ -365,10 +389,6 @@ class MissionWorkflow:
             summary=f"ledger snapshot {ledger.snapshot_seq} ({ledger.parent_state})",
         )
         self._written_seq = ledger.snapshot_seq
-
-    @staticmethod
-    def _short_call():
-        return workflow.execute_local_activity if workflow.patched(LOCAL_SHORT_CALLS) else workflow.execute_activity
 
     def _publish(self) -> None:
         ledger = self._ledger
