@@ -58,6 +58,7 @@ from workflows.workload.messages import (
     GET_WORKLOAD,
     LIST_TARGETS,
     OBSERVE_WORKLOAD,
+    DISPATCH_AND_READ,
     RECONCILE,
     WATCH_WORKLOAD,
     Admitted,
@@ -66,6 +67,8 @@ from workflows.workload.messages import (
     Observed,
     ObserveWorkload,
     Reconcile,
+    DispatchAndRead,
+    Dispatched,
     ReconcileResult,
     Target,
     TargetList,
@@ -74,6 +77,7 @@ from workflows.workload.messages import (
     WatchWorkload,
     WorkloadRef,
 )
+from workflows.workload.record import result_artifact_sha256
 
 R = TypeVar("R")
 
@@ -164,6 +168,7 @@ class FleetActivities:
             self.observe_workload,
             self.watch_workload,
             self.dispatch_task,
+            self.dispatch_and_read,
             self.get_task,
             self.cancel_task,
             self.reconcile,
@@ -303,6 +308,21 @@ class FleetActivities:
         dispatch = Dispatch.model_validate(request.dispatch.model_dump())
         task = await self._call(DISPATCH_TASK, lambda: executor.send_message(request.instance_id, dispatch))
         return task_view(request.instance_id, task, DEFAULT_OUTPUT_CHARS)
+
+    @activity.defn(name=DISPATCH_AND_READ)
+    async def dispatch_and_read(self, request: DispatchAndRead) -> Dispatched:
+        """Dispatch, then read back what the workflow needs next, in one call: the record (which the
+        executor binds when it accepts a task) and, if a short task has already ended, its text."""
+        fleet, executor = self._clients()
+        task = await self.dispatch_task(request.dispatch)
+        if task.state == "rejected":
+            return Dispatched(task=task)
+        record = await self._call(GET_WORKLOAD, lambda: fleet.get(request.child_id))
+        if result_artifact_sha256(record) is None:
+            return Dispatched(task=task, record=record)
+        instance = request.dispatch.instance_id
+        ended = await self._call(GET_TASK, lambda: executor.get_task(instance, task.task_id))
+        return Dispatched(task=task, record=record, output=task_view(instance, ended, request.max_output_chars))
 
     @activity.defn(name=GET_TASK)
     async def get_task(self, request: TaskRef) -> TaskView:

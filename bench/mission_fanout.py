@@ -106,6 +106,9 @@ async def main(children: int, rounds: int) -> None:
     print(f"{'ceiling: parent + no-op children':<34}{c:.2f} s (median of {rounds})")
     print(f"{'mission through the whole stack':<34}{m:.2f} s (median of {rounds})")
     print(f"{'ratio mission / ceiling':<34}{m / c:.2f}x (target <= 4x)")
+    paired = sorted(mission_s / ceiling_s for ceiling_s, mission_s in zip(ceilings, missions))
+    print(f"{'  per round (back to back)':<34}" + ", ".join(f"{r:.2f}x" for r in paired)
+          + f"; median {statistics.median(paired):.2f}x")
     print(f"{'mission start -> task running':<34}median {statistics.median(to_running):.2f} s, "
           f"p90 {statistics.quantiles(to_running, n=10)[-1]:.2f} s")
     print(f"RESULT children={children} ceiling_s={c:.2f} mission_s={m:.2f} ratio={m / c:.2f} "

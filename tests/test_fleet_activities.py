@@ -19,6 +19,7 @@ from workflows.contract import WorkloadRecord
 from workflows.workload.messages import (
     AdmitWorkload,
     DispatchTask,
+    DispatchAndRead,
     ObserveWorkload,
     Reconcile,
     RuntimeIdentityUpdate,
@@ -199,6 +200,30 @@ async def test_dispatch_is_idempotent_and_the_task_carries_the_output(
     ended = await run(fleet_activities.cancel_task, TaskRef(instance_id="local-1", task_id=first.task_id))
     assert ended.state == "completed"
     assert_no_token(task.model_dump_json(), ended.model_dump_json())
+
+
+async def test_dispatch_and_read_returns_the_bound_record_and_an_ended_tasks_text(
+    fleet_activities: FleetActivities, substrate: RunningSubstrate
+):
+    child = new_child("dispatch-read")
+    await admitted(fleet_activities, child)
+    request = DispatchAndRead(
+        dispatch=DispatchTask(
+            instance_id="local-1",
+            dispatch=TaskDispatch(message_id=f"{child}:dispatch", child_id=child, kind="one-shot-command", prompt="sleep 0.5; echo late"),
+        ),
+        child_id=child,
+    )
+    running = await run(fleet_activities.dispatch_and_read, request)
+    # The executor bound the task when it accepted it; the task has not ended, so no text.
+    assert running.record is not None and running.record.lineage.task_id == running.task.task_id
+    assert running.output is None
+    await wait_state(fleet_activities, child, "succeeded")
+    # Sent again (a retry): the same task, and now the record names a result, so its text comes too.
+    ended = await run(fleet_activities.dispatch_and_read, request)
+    assert ended.task.task_id == running.task.task_id
+    assert ended.output is not None and ended.output.output == "late\n"
+    assert [t["task_id"] for t in substrate_tasks(substrate, child)] == [running.task.task_id]
 
 
 async def test_cancel_task_stops_a_running_daemon(fleet_activities: FleetActivities, substrate: RunningSubstrate):

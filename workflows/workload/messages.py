@@ -26,6 +26,7 @@ from workflows.mission.spec import ChildSpec
 LIST_TARGETS = "list_targets"
 ADMIT_WORKLOAD = "admit_workload"
 GET_WORKLOAD = "get_workload"
+DISPATCH_AND_READ = "dispatch_and_read"
 OBSERVE_WORKLOAD = "observe_workload"
 WATCH_WORKLOAD = "watch_workload"
 DISPATCH_TASK = "dispatch_task"
@@ -162,6 +163,20 @@ class TaskView(_Message):
     artifact_names: list[str] = Field(default_factory=list)
     output: str | None = None
     output_truncated: bool = False
+
+
+class DispatchAndRead(_Message):
+    """Dispatch, then read the workload's record back (and the result's text if it has one)."""
+
+    dispatch: DispatchTask
+    child_id: str  # the fleet child id
+    max_output_chars: int = Field(default=DEFAULT_OUTPUT_CHARS, ge=0)
+
+
+class Dispatched(_Message):
+    task: TaskView  # as accepted (or rejected) by the executor
+    record: WorkloadRecord | None = None  # read after an accepted dispatch
+    output: TaskView | None = None  # the task again, with its text, if the record names a result
 
 
 # --- the workflow ---------------------------------------------------------------------------

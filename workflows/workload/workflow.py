@@ -14,8 +14,9 @@ out hundreds of these and every event, task and call counts:
 - the admitted record is not reported on its own (the bound one follows within moments),
   and the last observation of a workload that ends normally travels in its result, which
   the parent folds like a signalled one: a signal and a workflow task less on each side;
-- binding reads the record first: the executor binds the task itself when it accepts the
-  dispatch, so the compare-and-swap write is only needed when it did not.
+- the dispatch reads the record back in the same call: the executor binds the task itself
+  when it accepts it, so the compare-and-swap write is only needed when it did not, and a
+  short task that has already ended brings its result's text along.
 
 It ends when the record is terminal (`succeeded`, `failed`, `cancelled`, `timed-out`) or
 needs an operator (`unknown`, `operator-review-required`). Long-lived kinds (daemon,
@@ -50,6 +51,7 @@ with workflow.unsafe.imports_passed_through():
         GET_TASK,
         GET_WORKLOAD,
         OBSERVE_WORKLOAD,
+        DISPATCH_AND_READ,
         WATCH_WORKLOAD,
         WORKLOAD_WORKFLOW,
         Admitted,
@@ -57,6 +59,8 @@ with workflow.unsafe.imports_passed_through():
         DispatchTask,
         Observed,
         ObserveWorkload,
+        DispatchAndRead,
+        Dispatched,
         RuntimeIdentityUpdate,
         TaskRef,
         TaskView,
@@ -214,8 +218,14 @@ class WorkloadWorkflow:
         if finished(record):
             return record
         dispatch = DispatchTask(instance_id=self._input.target_id, dispatch=build_dispatch(self._input))
+        dispatched: Dispatched | None = None
         try:
-            task = await self._call(DISPATCH_TASK, dispatch, TaskView)
+            if self._lean:
+                request = DispatchAndRead(dispatch=dispatch, child_id=self._fleet_id, max_output_chars=self._input.max_output_chars)
+                dispatched = await self._call(DISPATCH_AND_READ, request, Dispatched)
+                task = dispatched.task
+            else:
+                task = await self._call(DISPATCH_TASK, dispatch, TaskView)
         except CALL_FAILED as error:
             refusal = _refusal(error)
             if refusal is None:
@@ -229,8 +239,12 @@ class WorkloadWorkflow:
             reason = task.status_text or "the executor rejected the task"
             return await self._fail(current, "executor.task_rejected", f"dispatch rejected: {reason}")
         self._task_id = task.task_id
-        if self._lean:
-            record = await self._get()  # usually bound already by the executor: then nothing to write
+        if dispatched is not None and dispatched.record is not None:
+            # Read right after the dispatch: usually bound by the executor already (nothing left to
+            # write), and a short task may have ended too, its text read in the same call.
+            record = dispatched.record
+            if dispatched.output is not None:
+                self._output, self._output_sha256 = dispatched.output.output, result_artifact_sha256(record)
         return await self._bind(record, task)
 
     async def _bind(self, record: WorkloadRecord, task: TaskView) -> WorkloadRecord:
@@ -351,11 +365,8 @@ class WorkloadWorkflow:
         task_id = record.lineage.task_id or self._task_id
         sha256 = result_artifact_sha256(record)
         if sha256 is not None and sha256 != self._output_sha256 and task_id is not None:
-            view = await self._call(
-                GET_TASK,
-                TaskRef(instance_id=self._input.target_id, task_id=task_id, max_output_chars=self._input.max_output_chars),
-                TaskView,
-            )
+            ref = TaskRef(instance_id=self._input.target_id, task_id=task_id, max_output_chars=self._input.max_output_chars)
+            view = await self._call(GET_TASK, ref, TaskView)
             self._output, self._output_sha256 = view.output, sha256
         note, self._note = self._note, None
         await self._send(observation_of(record, self._child_id, output=self._output, note=note), signal=not in_result)
