@@ -360,15 +360,16 @@ class MissionWorkflow:
 
     async def _snapshot(self, *, flush: bool = False) -> None:
         """Write the ledger if it changed: awaited in older runs; in lean runs handed to the
-        background writer, and awaited only when `flush` (the last snapshot, at closing)."""
+        background writer, or, when `flush` (the last snapshot, at closing), written at once
+        after any write in flight, as a local activity: nothing else is left to run by then."""
         if not self._lean:
             await self._write_changed_ledger()
-            return
-        if not self._writing and self._ledger.snapshot_seq != self._written_seq:
+        elif flush:
+            await workflow.wait_condition(lambda: not self._writing)
+            await self._write_changed_ledger(local=True)
+        elif not self._writing and self._ledger.snapshot_seq != self._written_seq:
             self._writing = True
             asyncio.ensure_future(self._write_in_background())
-        if flush:
-            await workflow.wait_condition(lambda: not self._writing)
 
     async def _write_in_background(self) -> None:
         try:
@@ -377,11 +378,12 @@ class MissionWorkflow:
         finally:
             self._writing = False
 
-    async def _write_changed_ledger(self) -> None:
+    async def _write_changed_ledger(self, *, local: bool = False) -> None:
         if self._ledger.snapshot_seq == self._written_seq:
             return
         ledger = self._ledger
-        await workflow.execute_activity(
+        write = workflow.execute_local_activity if local else workflow.execute_activity
+        await write(
             WRITE_LEDGER_SNAPSHOT_ACTIVITY,
             ledger,
             result_type=SnapshotRef,
