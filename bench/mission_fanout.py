@@ -9,7 +9,8 @@ batch, N WorkloadWorkflows each admitting a fleet record over HTTP, dispatching 
 A2A task, a local process running, and the observations folded into the ledger.
 Children run `date +%s.%N` (as trivial as `true`, and it says when its task ran),
 so "mission start to task running" is measured from the children's own clocks.
-Figures are medians over rounds, printed as ratios (these machines are noisy).
+Figures are medians over rounds (which of the two goes first alternates), printed as
+ratios (these machines are noisy).
 """
 
 from __future__ import annotations
@@ -92,8 +93,13 @@ async def main(children: int, rounds: int) -> None:
                     await mission(control, 10, "warmup")
                     ceilings, missions, to_running = [], [], []
                     for round_ in range(rounds):
+                        # Alternate which goes first: whatever one run leaves the server doing
+                        # (closing histories, visibility) then slows each side equally often.
+                        if round_ % 2:
+                            elapsed, running = await mission(control, children, f"r{round_}")
                         ceilings.append(await ceiling(env.client, "bench", children, f"r{round_}"))
-                        elapsed, running = await mission(control, children, f"r{round_}")
+                        if not round_ % 2:
+                            elapsed, running = await mission(control, children, f"r{round_}")
                         missions.append(elapsed)
                         to_running.extend(running)
                         print(f"round {round_ + 1}: ceiling {ceilings[-1]:.2f} s, mission {elapsed:.2f} s", flush=True)
