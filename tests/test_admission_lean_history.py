@@ -14,7 +14,7 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.testing import WorkflowEnvironment
 
 from tests.admission_harness import admission_harness
-from tests.test_admission_workflow import HOLD, audit_of
+from tests.test_admission_workflow import HOLD, audit_of, stored_audit
 from workflows.admission.model import AdmissionPolicy, AuditEvent
 from workflows.admission.probe import ProbeRequest, ProbeResult
 
@@ -57,7 +57,7 @@ async def test_give_back_without_confirmation_sends_nothing_back(fresh_time_skip
         assert result.final["quiet"].state == "admitted"  # the last word it heard; none came after
         assert Counter(await _event_types(quiet))["WORKFLOW_EXECUTION_SIGNALED"] == 1  # the admission only
         await h.eventually(lambda: _is(h.leased, ["holder"]), "the quiet lease given back")
-        assert [e.type for e in audit_of(h, "quiet")] == ["queued", "admitted", "released"]
+        assert [e.type for e in await audit_of(h, "quiet")] == ["queued", "admitted", "released"]
         singleton = Counter(await _event_types(h.admission))
         assert singleton["SIGNAL_EXTERNAL_WORKFLOW_EXECUTION_INITIATED"] == 2  # one admission each, nothing more
         assert singleton["SIGNAL_EXTERNAL_WORKFLOW_EXECUTION_FAILED"] == 0  # never signalled a closed requester
@@ -102,6 +102,6 @@ async def _is(view, expected) -> bool:
 
 
 async def _stored_seqs_are(h, seqs: list[int]) -> bool:
-    stored = [event.seq for event in audit_of(h)]
+    stored = [event.seq for event in stored_audit(h)]
     assert len(stored) == len(set(stored)), "an audit event was stored twice"
     return stored == seqs == list(range(1, len(seqs) + 1))

@@ -14,18 +14,31 @@ from activities.admission import signal_with_start_admission
 from activities.audit_store import AuditStore
 from tests.admission_harness import admission_harness
 from workflows.admission.messages import LeaseRow, QueueRow, SubmitBatch
-from workflows.admission.model import AdmissionPolicy, AdmissionRequest
+from workflows.admission.model import AdmissionPolicy, AdmissionRequest, AuditEvent
 from workflows.admission.probe import ProbeRequest, ProbeResult
 
 HOLD = 10 * 3600
 
 
-def audit_of(h, request_id: str | None = None):
+def stored_audit(h, request_id: str | None = None):
     return AuditStore(h.config.audit_db).events(h.host_group, request_id)
 
 
-def admitted_order(h) -> list[str]:
-    return [e.request_id for e in audit_of(h) if e.type == "admitted"]
+async def audit_of(h, request_id: str | None = None):
+    """The audit store once the export has caught up with the singleton: exports run in the
+    background (one at a time), so an outcome a requester saw may not be stored yet."""
+
+    async def caught_up() -> bool:
+        latest = await h.query("audit", 1, result_type=list[AuditEvent])
+        stored = stored_audit(h)
+        return not latest or (bool(stored) and stored[-1].seq >= latest[-1].seq)
+
+    await h.eventually(caught_up, "the audit export to catch up")
+    return stored_audit(h, request_id)
+
+
+async def admitted_order(h) -> list[str]:
+    return [e.request_id for e in await audit_of(h) if e.type == "admitted"]
 
 
 async def test_requesters_share_one_admission_workflow_serialised(fresh_time_skipping_env: WorkflowEnvironment, tmp_path):
@@ -45,7 +58,7 @@ async def test_requesters_share_one_admission_workflow_serialised(fresh_time_ski
         assert a.final["a"].lease_revision > 5
         queued = [d for d in b.history if d.state == "queued"]
         assert queued[0].binding_constraint == "global 1/1" and queued[0].position == 1
-        events = audit_of(h)
+        events = await audit_of(h)
         assert [e.type for e in events if e.request_id == "b"][:2] == ["queued", "admitted"]
         assert [e.seq for e in events] == list(range(1, len(events) + 1))
 
@@ -64,7 +77,7 @@ async def test_environment_quota_serialises_prod_but_not_dev(fresh_time_skipping
         wait = [d for d in p2_result.history if d.state == "queued"][0]
         assert wait.binding_constraint == "environment prod 1/1"
         assert wait.backpressure is not None and wait.backpressure.reason == "capacity" and wait.backpressure.retryable
-        assert admitted_order(h) == ["p1", "d1", "p2"]
+        assert await admitted_order(h) == ["p1", "d1", "p2"]
 
 
 async def test_aging_lets_an_old_low_priority_request_beat_a_new_high_one(fresh_time_skipping_env, tmp_path):
@@ -82,7 +95,7 @@ async def test_aging_lets_an_old_low_priority_request_beat_a_new_high_one(fresh_
         await holder.signal("finish")
         for handle in (holder, old_low, new_high):
             await handle.result()
-        assert admitted_order(h) == ["holder", "old-low", "new-high"]
+        assert await admitted_order(h) == ["holder", "old-low", "new-high"]
 
 
 async def test_fifo_among_equal_priorities(fresh_time_skipping_env, tmp_path):
@@ -97,7 +110,7 @@ async def test_fifo_among_equal_priorities(fresh_time_skipping_env, tmp_path):
         await holder.signal("finish")
         for handle in waiters:
             await handle.result()
-        assert admitted_order(h) == ["holder", "w1", "w2", "w3"]
+        assert await admitted_order(h) == ["holder", "w1", "w2", "w3"]
 
 
 async def test_preemption_is_delivered_to_the_victims_workflow(fresh_time_skipping_env, tmp_path):
@@ -111,7 +124,7 @@ async def test_preemption_is_delivered_to_the_victims_workflow(fresh_time_skippi
         final = victim_result.final["batch"]
         assert final.state == "preempted" and final.related_request_id == "urgent"
         assert "preempted" in final.happened
-        assert admitted_order(h) == ["batch", "urgent"]
+        assert await admitted_order(h) == ["batch", "urgent"]
 
 
 async def test_non_preemptible_work_is_never_preempted(fresh_time_skipping_env, tmp_path):
@@ -125,7 +138,7 @@ async def test_non_preemptible_work_is_never_preempted(fresh_time_skipping_env, 
         assert await h.leased() == ["steady"]
         await holder.signal("finish")
         await urgent.result()
-        assert "preempted" not in [e.type for e in audit_of(h)]
+        assert "preempted" not in [e.type for e in await audit_of(h)]
 
 
 async def test_renewals_keep_a_lease_for_hours(fresh_time_skipping_env, tmp_path):
@@ -136,7 +149,7 @@ async def test_renewals_keep_a_lease_for_hours(fresh_time_skipping_env, tmp_path
         assert result.final["long"].state == "released"
         # One renewal every TTL/3 = 100 s for three hours: the 5-minute lease lived 36 times its TTL.
         assert result.final["long"].lease_revision >= 3 * 3600 // 100
-        assert "timed-out" not in [e.type for e in audit_of(h)]
+        assert "timed-out" not in [e.type for e in await audit_of(h)]
 
 
 async def test_a_lease_that_stops_being_renewed_expires_and_capacity_moves_on(fresh_time_skipping_env, tmp_path):
@@ -150,8 +163,8 @@ async def test_a_lease_that_stops_being_renewed_expires_and_capacity_moves_on(fr
         await waiter.result()
         assert silent_result.final["silent"].state == "timed-out"
         assert silent_result.final["silent"].reason == "admission lease expired; capacity recovered"
-        [expired] = [e for e in audit_of(h, "silent") if e.type == "timed-out"]
-        [admitted] = [e for e in audit_of(h, "waiter") if e.type == "admitted"]
+        [expired] = [e for e in await audit_of(h, "silent") if e.type == "timed-out"]
+        [admitted] = [e for e in await audit_of(h, "waiter") if e.type == "admitted"]
         assert admitted.seq == expired.seq + 1  # the freed capacity went to the waiter in the same decision
 
 
@@ -182,7 +195,7 @@ async def test_identity_collision_never_hands_over_someone_elses_lease(fresh_tim
         await owner.signal("finish")
         owner_result: ProbeResult = await owner.result()
         assert owner_result.final["shared-id"].state == "released"
-        assert [e.type for e in audit_of(h, "shared-id") if e.type != "renewed"] == ["queued", "admitted", "released"]
+        assert [e.type for e in await audit_of(h, "shared-id") if e.type != "renewed"] == ["queued", "admitted", "released"]
 
 
 async def test_replayed_submit_changes_nothing(fresh_time_skipping_env, tmp_path):
@@ -201,11 +214,11 @@ async def test_replayed_submit_changes_nothing(fresh_time_skipping_env, tmp_path
         await h.eventually(lambda: _audit_count(h), "audit export")
         [after] = await h.admission.query("leases", result_type=list[LeaseRow])
         assert after.lease_revision == lease.lease_revision and after.admitted_at == lease.admitted_at
-        assert [e.type for e in audit_of(h, "r1")] == ["queued", "admitted"]
+        assert [e.type for e in await audit_of(h, "r1")] == ["queued", "admitted"]
 
 
 async def _audit_count(h) -> int:
-    return len(audit_of(h))
+    return len(stored_audit(h))
 
 
 async def test_a_requester_that_disappears_gives_its_capacity_back(fresh_time_skipping_env, tmp_path):
@@ -220,6 +233,6 @@ async def test_a_requester_that_disappears_gives_its_capacity_back(fresh_time_sk
         await holder.signal("finish")
         last_result: ProbeResult = await last.result()
         assert last_result.ever_admitted == ["last"]
-        assert [e.type for e in audit_of(h, "ghost")] == ["queued", "admitted", "released"]
+        assert [e.type for e in await audit_of(h, "ghost")] == ["queued", "admitted", "released"]
         # A vanished requester is never a failure of the singleton.
         assert (await h.admission.describe()).status.name == "RUNNING"
