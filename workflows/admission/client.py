@@ -127,20 +127,21 @@ class AdmissionClient:
     async def release(self, request_ids: Iterable[str], *, confirm: bool = True) -> None:
         """Give leases back. `confirm=False` asks for no decision back: for a requester about to
         close, which saves a signal each way and never gets signalled after it has closed."""
-        ids = sorted(set(request_ids))
-        if ids:
-            if confirm:
-                self._giving_back.update(ids)
-            me = workflow.info().workflow_id
-            await self._signal("release", ReleaseBatch(requester=me, request_ids=ids, confirm=confirm))
+        await self._give_back("release", ReleaseBatch, request_ids, confirm)
 
     async def cancel(self, request_ids: Iterable[str], *, confirm: bool = True) -> None:
+        """Withdraw requests (queued or admitted); `confirm` as for `release`."""
+        await self._give_back("cancel", CancelBatch, request_ids, confirm)
+
+    async def _give_back(
+        self, signal: str, batch: type[ReleaseBatch] | type[CancelBatch], request_ids: Iterable[str], confirm: bool,
+    ) -> None:
         ids = sorted(set(request_ids))
-        if ids:
-            if confirm:
-                self._giving_back.update(ids)
-            me = workflow.info().workflow_id
-            await self._signal("cancel", CancelBatch(requester=me, request_ids=ids, confirm=confirm))
+        if not ids:
+            return
+        if confirm:
+            self._giving_back.update(ids)
+        await self._signal(signal, batch(requester=workflow.info().workflow_id, request_ids=ids, confirm=confirm))
 
     async def give_back_everything(self, confirm_within: timedelta | None = timedelta(minutes=1)) -> bool:
         """Release what is admitted, cancel what is still waiting, and wait for the confirmation

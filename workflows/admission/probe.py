@@ -78,7 +78,7 @@ class AdmissionProbeWorkflow:
         deadline = workflow.now() + timedelta(seconds=input.hold_seconds)
         while admission.held() and not self._finish and workflow.now() < deadline:
             await admission.wait_for_change(timeout=deadline - workflow.now(), or_when=lambda: self._finish)
-        await admission.give_back_everything(None if not input.confirm_give_back else timedelta(minutes=1))
+        await admission.give_back_everything(timedelta(minutes=1) if input.confirm_give_back else None)
         if renewals is not None:
             await renewals
 
