@@ -50,26 +50,30 @@ from activities.sandbox_client import (
 )
 from workflows.contract import WorkloadRecord
 from workflows.workload.messages import (
+    ADMIT_AND_DISPATCH,
     ADMIT_WORKLOAD,
     CANCEL_TASK,
     DEFAULT_OUTPUT_CHARS,
+    DISPATCH_AND_READ,
     DISPATCH_TASK,
     GET_TASK,
     GET_WORKLOAD,
     LIST_TARGETS,
     OBSERVE_WORKLOAD,
-    DISPATCH_AND_READ,
     RECONCILE,
     WATCH_WORKLOAD,
+    AdmitAndDispatch,
     Admitted,
+    AdmittedAndDispatched,
     AdmitWorkload,
+    DispatchAndRead,
+    Dispatched,
     DispatchTask,
     Observed,
     ObserveWorkload,
     Reconcile,
-    DispatchAndRead,
-    Dispatched,
     ReconcileResult,
+    Refusal,
     Target,
     TargetList,
     TaskRef,
@@ -77,7 +81,7 @@ from workflows.workload.messages import (
     WatchWorkload,
     WorkloadRef,
 )
-from workflows.workload.record import result_artifact_sha256
+from workflows.workload.record import finished, result_artifact_sha256
 
 R = TypeVar("R")
 
@@ -169,6 +173,7 @@ class FleetActivities:
             self.watch_workload,
             self.dispatch_task,
             self.dispatch_and_read,
+            self.admit_and_dispatch,
             self.get_task,
             self.cancel_task,
             self.reconcile,
@@ -323,6 +328,26 @@ class FleetActivities:
         instance = request.dispatch.instance_id
         ended = await self._call(GET_TASK, lambda: executor.get_task(instance, task.task_id))
         return Dispatched(task=task, record=record, output=task_view(instance, ended, request.max_output_chars))
+
+    @activity.defn(name=ADMIT_AND_DISPATCH)
+    async def admit_and_dispatch(self, request: AdmitAndDispatch) -> AdmittedAndDispatched:
+        """How nearly every workload starts, as one call: admit, then dispatch and read back.
+
+        A record that already names a task is re-adopted, never dispatched again; a retry admits
+        again (an identical replay answers with the current record) and so finds the task a lost
+        answer had dispatched. A dispatch refused for good comes back as data, for the workflow
+        to write onto the admitted record; an admission refused for good fails the call.
+        """
+        admitted = await self.admit_workload(AdmitWorkload(record=request.record))
+        if admitted.record.lineage.task_id is not None or finished(admitted.record):
+            return AdmittedAndDispatched(admitted=admitted)
+        try:
+            dispatched = await self.dispatch_and_read(request.dispatch)
+        except ApplicationError as error:
+            if not error.non_retryable:
+                raise
+            return AdmittedAndDispatched(admitted=admitted, dispatch_refused=Refusal(type=error.type, message=error.message))
+        return AdmittedAndDispatched(admitted=admitted, dispatched=dispatched)
 
     @activity.defn(name=GET_TASK)
     async def get_task(self, request: TaskRef) -> TaskView:

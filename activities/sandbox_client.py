@@ -24,12 +24,15 @@ Every exception has `code`, `message`, `status` (None without a response) and `r
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, TypeVar
 from urllib.parse import quote
 
+import aiohttp
 import httpx
+from httpx_aiohttp import AiohttpTransport
 from pydantic import BaseModel, ValidationError
 
 from activities.a2a import (
@@ -168,6 +171,15 @@ def error_from_response(response: httpx.Response) -> SandboxError:
     return FleetRejected(code, message, status)
 
 
+def _unavailable(method: str, path: str, error: Exception) -> SubstrateUnavailable:
+    """Name what went wrong by the transport's own exception: the aiohttp transport maps every
+    connection error to one httpx class (a refused connection becomes `ConnectTimeout`)."""
+    cause = error.__cause__ if isinstance(error.__cause__, aiohttp.ClientError) else error
+    if isinstance(cause, (httpx.TimeoutException, asyncio.TimeoutError)):
+        return SubstrateUnavailable("http.timeout", f"{method} {path} timed out: {type(cause).__name__}")
+    return SubstrateUnavailable("http.unreachable", f"{method} {path} failed: {type(cause).__name__} {cause}")
+
+
 class _Client:
     def __init__(
         self,
@@ -183,7 +195,10 @@ class _Client:
             base_url=base_url.rstrip("/"),
             headers={"Authorization": f"Bearer {secret.reveal()}"},
             timeout=timeout,
-            transport=transport,
+            # httpx's API over aiohttp's connection pool: with a hundred calls in flight (a mission
+            # fanning out) httpcore's pool costs 1.4 ms of CPU per request, aiohttp's 0.4 ms, and
+            # these calls run in the workflow worker as local activities.
+            transport=transport or AiohttpTransport(),
             event_hooks=dict(event_hooks or {}),
         )
 
@@ -209,10 +224,8 @@ class _Client:
                     **(headers or {}),
                 },
             )  # fmt: skip
-        except httpx.TimeoutException as error:
-            raise SubstrateUnavailable("http.timeout", f"{method} {path} timed out: {type(error).__name__}") from None
-        except httpx.TransportError as error:
-            raise SubstrateUnavailable("http.unreachable", f"{method} {path} failed: {type(error).__name__} {error}") from None
+        except (httpx.TransportError, aiohttp.ClientError) as error:
+            raise _unavailable(method, path, error) from None
         if response.is_success:
             return response
         raise error_from_response(response)

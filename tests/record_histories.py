@@ -1,12 +1,13 @@
 """Record the workflow histories that tests/test_replay.py replays on every run.
 
-    .venv/bin/python -m tests.record_histories [--tag TAG]
+    .venv/bin/python -m tests.record_histories [--tag TAG] [--only PREFIX]
 
 Runs real scenarios on a fresh dev server with the local substrate and writes one
 JSON history per workflow run into tests/histories/. Re-record after an intended
 workflow change only together with a `workflow.patched` branch for the old path,
 keeping the old histories: they stand for workflows already running in production.
-`--tag TAG` appends `-TAG` to every file name, so a new recording sits beside them.
+`--tag TAG` appends `-TAG` to every file name, so a new recording sits beside them;
+`--only PREFIX` writes only the histories whose names start with it (the workflow that changed).
 """
 
 from __future__ import annotations
@@ -41,10 +42,13 @@ HISTORIES = Path(__file__).resolve().parent / "histories"
 
 
 TAG = ""
+ONLY = ""
 
 
 async def save_chain(client: Client, workflow_id: str, name: str, *, last_runs: int = 2) -> None:
     """Write the last `last_runs` runs of a workflow id (continue-as-new chains have several)."""
+    if not name.startswith(ONLY):
+        return
     runs = [execution async for execution in client.list_workflows(f"WorkflowId = '{workflow_id}'")]
     runs.sort(key=lambda execution: execution.start_time)
     for index, execution in enumerate(runs[-last_runs:]):
@@ -147,7 +151,9 @@ if __name__ == "__main__":
 
     parser = argparse.ArgumentParser(description="Record the histories that tests/test_replay.py replays.")
     parser.add_argument("--tag", default="", help="suffix for every file name, to keep older recordings")
-    tag = parser.parse_args().tag
-    TAG = f"-{tag}" if tag else ""
+    parser.add_argument("--only", default="", help="write only the histories whose names start with this")
+    options = parser.parse_args()
+    TAG = f"-{options.tag}" if options.tag else ""
+    ONLY = options.only
     asyncio.run(main())
     exit_now(0)

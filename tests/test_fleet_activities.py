@@ -17,6 +17,7 @@ from tests.substrate_fixtures import TOKENS, fleet_activities, substrate, substr
 from tests.substrate_support import EXECUTOR_TOKEN, FLEET_TOKEN, make_record
 from workflows.contract import WorkloadRecord
 from workflows.workload.messages import (
+    AdmitAndDispatch,
     AdmitWorkload,
     DispatchTask,
     DispatchAndRead,
@@ -145,6 +146,21 @@ async def test_unavailable_substrate_is_a_retryable_error():
     assert_no_token(unavailable.value.message)
 
 
+async def test_a_substrate_that_never_answers_is_a_retryable_timeout_named_as_one():
+    with socket.socket() as listener:  # accepts connections (the kernel's backlog) and never answers
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(8)
+        url = f"http://127.0.0.1:{listener.getsockname()[1]}"
+        silent = FleetActivities(url, url, FLEET_TOKEN, EXECUTOR_TOKEN, http_timeout=0.3)
+        try:
+            with pytest.raises(ApplicationError) as unavailable:
+                await run(silent.get_workload, WorkloadRef(child_id="anything"))
+        finally:
+            await silent.aclose()
+    assert unavailable.value.non_retryable is False and unavailable.value.type == "http.timeout"
+    assert "GET /api/v2/fleet/workloads/anything timed out" in unavailable.value.message
+
+
 async def test_a_worker_without_tokens_fails_activities_with_the_fix():
     unconfigured = FleetActivities.from_environment("http://127.0.0.1:1", "http://127.0.0.1:1", environ={})
     assert not unconfigured.configured
@@ -224,6 +240,46 @@ async def test_dispatch_and_read_returns_the_bound_record_and_an_ended_tasks_tex
     assert ended.task.task_id == running.task.task_id
     assert ended.output is not None and ended.output.output == "late\n"
     assert [t["task_id"] for t in substrate_tasks(substrate, child)] == [running.task.task_id]
+
+
+def admit_and_dispatch_request(child: str, instance_id: str = "local-1", **record_options) -> AdmitAndDispatch:
+    dispatch = DispatchTask(
+        instance_id=instance_id,
+        dispatch=TaskDispatch(message_id=f"{child}:dispatch", child_id=child, kind="one-shot-command", prompt="echo started"),
+    )
+    return AdmitAndDispatch(record=make_record(child, **record_options), dispatch=DispatchAndRead(dispatch=dispatch, child_id=child))
+
+
+async def test_admit_and_dispatch_starts_a_workload_once_and_a_retry_re_adopts_it(
+    fleet_activities: FleetActivities, substrate: RunningSubstrate
+):
+    child = new_child("start")
+    request = admit_and_dispatch_request(child)
+    first = await run(fleet_activities.admit_and_dispatch, request)
+    assert first.admitted.replayed is False and first.dispatch_refused is None
+    assert first.dispatched is not None and first.dispatched.record is not None
+    assert first.dispatched.record.lineage.task_id == first.dispatched.task.task_id
+    # A retry (its answer lost): the admission replays, finds the record bound, dispatches nothing.
+    again = await run(fleet_activities.admit_and_dispatch, request)
+    assert again.admitted.replayed is True and again.dispatched is None
+    assert again.admitted.record.lineage.task_id == first.dispatched.task.task_id
+    assert [t["task_id"] for t in substrate_tasks(substrate, child)] == [first.dispatched.task.task_id]
+
+
+async def test_admit_and_dispatch_returns_a_refused_dispatch_and_raises_a_refused_admission(
+    fleet_activities: FleetActivities, substrate: RunningSubstrate
+):
+    child = new_child("refused")
+    refused = await run(fleet_activities.admit_and_dispatch, admit_and_dispatch_request(child, instance_id="nowhere"))
+    # Admitted, so the workflow can write the refusal onto the record; nothing was dispatched.
+    assert refused.admitted.record.status.observed_state == "admitted" and refused.dispatched is None
+    assert refused.dispatch_refused is not None and refused.dispatch_refused.type == "executor.instance_not_found"
+    assert "nowhere" in refused.dispatch_refused.message and substrate_tasks(substrate, child) == []
+
+    collision = admit_and_dispatch_request(child, timeout_seconds=5)  # same child id, different content
+    with pytest.raises(ApplicationError) as error:
+        await run(fleet_activities.admit_and_dispatch, collision)
+    assert error.value.non_retryable and error.value.type == "fleet.idempotency_collision"
 
 
 async def test_cancel_task_stops_a_running_daemon(fleet_activities: FleetActivities, substrate: RunningSubstrate):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import json
+from typing import Any
 import re
 import socket
 import uuid
@@ -111,18 +112,27 @@ async def scheduled_activities(handle: WorkflowHandle):
     ]
 
 
-async def activity_types(handle: WorkflowHandle) -> list[str]:
-    """Every activity the run called, regular or local (a local one is a marker in the history)."""
+async def activity_calls(handle: WorkflowHandle) -> list[tuple[str, Any]]:
+    """Every activity the run called, regular or local, with a local one's result (a local
+    activity is a marker in the history, its result inside; a regular one's result is None here)."""
     history = await handle.fetch_history()
-    names = []
+    calls: list[tuple[str, Any]] = []
     for event in history.events:
         if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
-            names.append(event.activity_task_scheduled_event_attributes.activity_type.name)
+            calls.append((event.activity_task_scheduled_event_attributes.activity_type.name, None))
         elif event.event_type == EventType.EVENT_TYPE_MARKER_RECORDED:
             marker = event.marker_recorded_event_attributes
             if marker.marker_name == "core_local_activity":
-                names.append(json.loads(marker.details["data"].payloads[0].data)["activity_type"])
-    return names
+                result = marker.details["result"].payloads
+                calls.append((
+                    json.loads(marker.details["data"].payloads[0].data)["activity_type"],
+                    json.loads(result[0].data) if result else None,
+                ))
+    return calls
+
+
+async def activity_types(handle: WorkflowHandle) -> list[str]:
+    return [name for name, _ in await activity_calls(handle)]
 
 
 async def assert_replays(*handles: WorkflowHandle) -> None:
@@ -258,8 +268,12 @@ async def test_a_second_run_of_the_same_workload_re_adopts_the_bound_task(
     assert len(tasks) == 1 and result.task_id == tasks[0]["task_id"]
     # The first run dispatched (the substrate has its task; as local activities its calls may never
     # reach its history if it dies mid-task); the second found the task bound and only followed it.
-    second_calls = await activity_types(second)
-    assert "admit_workload" in second_calls and not {"dispatch_task", "dispatch_and_read"} & set(second_calls)
+    second_calls = await activity_calls(second)
+    # It admitted (an identical replay) and found the task bound: the one call that starts a
+    # workload dispatched nothing, and nothing else dispatched either.
+    assert second_calls[0][0] == "admit_and_dispatch" and second_calls[0][1]["dispatched"] is None
+    assert second_calls[0][1]["admitted"]["record"]["lineage"]["task_id"] == tasks[0]["task_id"]
+    assert not {"dispatch_task", "dispatch_and_read"} & {name for name, _ in second_calls}
     await assert_replays(second)
 
 
@@ -340,8 +354,8 @@ async def test_an_unavailable_substrate_is_retried_until_it_answers(
                     and record.exc_info and "http.unreachable" in str(record.exc_info[1])
                 ]
 
-            retried = await eventually(failed_again, "a retried admit_workload call", within=20)
-            assert retried[0]["activity_type"] == "admit_workload"
+            retried = await eventually(failed_again, "a retried admit_and_dispatch call", within=20)
+            assert retried[0]["activity_type"] == "admit_and_dispatch"
             with serve_in_thread(substrate_config(tmp_path / "late", port=port)):
                 result: WorkloadResult = await handle.result()
     finally:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from temporalio.client import Client
 from temporalio.worker import Worker
 
@@ -18,6 +20,21 @@ from workflows.workload.workflow import WorkloadWorkflow
 WORKFLOWS = [AdmissionWorkflow, AdmissionProbeWorkflow, MissionWorkflow, WorkloadWorkflow]
 
 
+class ConductorWorker(Worker):
+    """A Worker that closes the substrate clients it opened once it stops running."""
+
+    def __init__(self, client: Client, *, owned_fleet: FleetActivities | None, **options: Any) -> None:
+        super().__init__(client, **options)
+        self._owned_fleet = owned_fleet
+
+    async def run(self) -> None:
+        try:
+            await super().run()
+        finally:
+            if self._owned_fleet is not None:
+                await self._owned_fleet.aclose()
+
+
 def build_worker(
     client: Client,
     config: WorkerConfig,
@@ -30,9 +47,11 @@ def build_worker(
     audit = AuditActivities(AuditStore(config.audit_db))
     ledger = LedgerActivities(SqliteLedgerStore(config.ledger_db))
     # Tokens come from the worker's environment (activities.credentials), never from workflows.
-    fleet = fleet or FleetActivities.from_environment(config.fleet_url, config.executor_url)
-    return Worker(
+    owned_fleet = FleetActivities.from_environment(config.fleet_url, config.executor_url) if fleet is None else None
+    fleet = fleet or owned_fleet
+    return ConductorWorker(
         client,
+        owned_fleet=owned_fleet,
         task_queue=config.task_queue,
         workflows=[*WORKFLOWS, *extra_workflows],
         activities=[

@@ -27,6 +27,7 @@ LIST_TARGETS = "list_targets"
 ADMIT_WORKLOAD = "admit_workload"
 GET_WORKLOAD = "get_workload"
 DISPATCH_AND_READ = "dispatch_and_read"
+ADMIT_AND_DISPATCH = "admit_and_dispatch"
 OBSERVE_WORKLOAD = "observe_workload"
 WATCH_WORKLOAD = "watch_workload"
 DISPATCH_TASK = "dispatch_task"
@@ -177,6 +178,26 @@ class Dispatched(_Message):
     task: TaskView  # as accepted (or rejected) by the executor
     record: WorkloadRecord | None = None  # read after an accepted dispatch
     output: TaskView | None = None  # the task again, with its text, if the record names a result
+
+
+class AdmitAndDispatch(_Message):
+    """Admit the record; then, unless it already names a task or has ended, dispatch and read back."""
+
+    record: WorkloadRecord
+    dispatch: DispatchAndRead
+
+
+class Refusal(_Message):
+    """A refusal no retry can fix, with the server's code and message."""
+
+    type: str | None
+    message: str
+
+
+class AdmittedAndDispatched(_Message):
+    admitted: Admitted
+    dispatched: Dispatched | None = None  # None: the record names a task already, or has ended, or refused
+    dispatch_refused: Refusal | None = None
 
 
 # --- the workflow ---------------------------------------------------------------------------

@@ -17,6 +17,9 @@ out hundreds of these and every event, task and call counts:
 - the dispatch reads the record back in the same call: the executor binds the task itself
   when it accepts it, so the compare-and-swap write is only needed when it did not, and a
   short task that has already ended brings its result's text along.
+- (patch `ONE_CALL_START`) admission and dispatch are one call, `admit_and_dispatch`, which
+  dispatches only when the admitted record names no task yet: a quick one-shot command is
+  one local activity and one workflow task from start to end.
 
 It ends when the record is terminal (`succeeded`, `failed`, `cancelled`, `timed-out`) or
 needs an operator (`unknown`, `operator-review-required`). Long-lived kinds (daemon,
@@ -45,6 +48,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.contract import ContractError, WorkloadRecord, WorkloadStatus
     from workflows.mission.observation import OBSERVATION_SIGNAL, ChildObservation
     from workflows.workload.messages import (
+        ADMIT_AND_DISPATCH,
         ADMIT_WORKLOAD,
         CANCEL_TASK,
         DISPATCH_AND_READ,
@@ -54,13 +58,16 @@ with workflow.unsafe.imports_passed_through():
         OBSERVE_WORKLOAD,
         WATCH_WORKLOAD,
         WORKLOAD_WORKFLOW,
+        AdmitAndDispatch,
         Admitted,
+        AdmittedAndDispatched,
         AdmitWorkload,
         DispatchAndRead,
         Dispatched,
         DispatchTask,
         Observed,
         ObserveWorkload,
+        Refusal,
         RuntimeIdentityUpdate,
         TaskRef,
         TaskView,
@@ -88,6 +95,7 @@ CALL_TIMEOUT = timedelta(seconds=30)
 CALL_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), backoff_coefficient=2, maximum_interval=timedelta(seconds=30))
 MAX_CAS_ATTEMPTS = 10
 LEAN = "workload-lean"
+ONE_CALL_START = "workload-admit-and-dispatch"
 
 # A new status to write and the identity to bind with it; None: nothing to write any more.
 Change = tuple[WorkloadStatus, RuntimeIdentityUpdate | None] | None
@@ -137,6 +145,7 @@ class WorkloadWorkflow:
         self._note: str | None = None
         self._last: ChildObservation | None = None
         self._lean = False  # decided at the start of run(): patched() belongs to workflow code
+        self._one_call_start = False
 
     @workflow.query
     def observation(self) -> ChildObservation | None:
@@ -146,13 +155,14 @@ class WorkloadWorkflow:
     @workflow.run
     async def run(self, input: WorkloadInput) -> WorkloadResult:
         self._lean = workflow.patched(LEAN)
+        self._one_call_start = self._lean and workflow.patched(ONE_CALL_START)
         record: WorkloadRecord | None = input.carried.record if input.carried else None
         try:
             if record is None:
                 admitted = await self._admit()
                 if isinstance(admitted, ChildObservation):
                     return WorkloadResult(child_id=self._child_id, verdict="failed", observation=admitted)
-                record = await self._start(admitted)
+                record = await self._start(*admitted)
             record = await self._follow(record)
         except BaseException as error:
             if not is_cancelled_exception(error):
@@ -174,8 +184,12 @@ class WorkloadWorkflow:
 
     # --- admission and dispatch -----------------------------------------------------------
 
-    async def _admit(self) -> WorkloadRecord | ChildObservation:
-        """Admit the record; a refusal is reported as a failed observation at revision 0."""
+    async def _admit(self) -> tuple[WorkloadRecord, AdmittedAndDispatched | None] | ChildObservation:
+        """Admit the record; a refusal is reported as a failed observation at revision 0.
+
+        In runs patched with `ONE_CALL_START` the same call (`admit_and_dispatch`) dispatches too,
+        and what it found goes on to `_start`: a local activity and a workflow activation less.
+        """
         try:
             record = build_record(self._input, workflow.now())
         except ContractError as error:
@@ -184,8 +198,14 @@ class WorkloadWorkflow:
                 type="workload.invalid_input",
                 non_retryable=True,
             ) from None
+        started: AdmittedAndDispatched | None = None
         try:
-            admitted = await self._call(ADMIT_WORKLOAD, AdmitWorkload(record=record), Admitted)
+            if self._one_call_start:
+                request = AdmitAndDispatch(record=record, dispatch=self._dispatch_and_read())
+                started = await self._call(ADMIT_AND_DISPATCH, request, AdmittedAndDispatched)
+                admitted = started.admitted
+            else:
+                admitted = await self._call(ADMIT_WORKLOAD, AdmitWorkload(record=record), Admitted)
         except CALL_FAILED as error:
             refusal = _refusal(error)
             if refusal is None:
@@ -205,10 +225,17 @@ class WorkloadWorkflow:
             return observation
         if admitted.replayed:
             workflow.logger.info("workload %s was admitted before (revision %d)", self._child_id, admitted.record.status.revision)
-        return admitted.record
+        return admitted.record, started
 
-    async def _start(self, record: WorkloadRecord) -> WorkloadRecord:
-        """Dispatch and bind the task, or re-adopt the one the record already names."""
+    def _dispatch_and_read(self) -> DispatchAndRead:
+        dispatch = DispatchTask(instance_id=self._input.target_id, dispatch=build_dispatch(self._input))
+        return DispatchAndRead(dispatch=dispatch, child_id=self._fleet_id, max_output_chars=self._input.max_output_chars)
+
+    async def _start(self, record: WorkloadRecord, started: AdmittedAndDispatched | None) -> WorkloadRecord:
+        """Dispatch and bind the task, or re-adopt the one the record already names.
+
+        `started` is what `admit_and_dispatch` already did (patch `ONE_CALL_START`), else None.
+        """
         if not self._lean:
             await self._report(record)
         if record.lineage.task_id is not None:
@@ -217,20 +244,23 @@ class WorkloadWorkflow:
             return record
         if finished(record):
             return record
-        dispatch = DispatchTask(instance_id=self._input.target_id, dispatch=build_dispatch(self._input))
-        dispatched: Dispatched | None = None
-        try:
-            if self._lean:
-                request = DispatchAndRead(dispatch=dispatch, child_id=self._fleet_id, max_output_chars=self._input.max_output_chars)
-                dispatched = await self._call(DISPATCH_AND_READ, request, Dispatched)
-                task = dispatched.task
-            else:
-                task = await self._call(DISPATCH_TASK, dispatch, TaskView)
-        except CALL_FAILED as error:
-            refusal = _refusal(error)
-            if refusal is None:
-                raise
+        dispatched = started.dispatched if started else None
+        refusal: Refusal | ApplicationError | None = started.dispatch_refused if started else None
+        task = dispatched.task if dispatched else None
+        if started is None:
+            try:
+                if self._lean:
+                    dispatched = await self._call(DISPATCH_AND_READ, self._dispatch_and_read(), Dispatched)
+                    task = dispatched.task
+                else:
+                    task = await self._call(DISPATCH_TASK, self._dispatch_and_read().dispatch, TaskView)
+            except CALL_FAILED as error:
+                refusal = _refusal(error)
+                if refusal is None:
+                    raise
+        if refusal is not None:
             return await self._fail(record, refusal.type or "executor.rejected", f"dispatch refused: {refusal.message}")
+        assert task is not None  # admit_and_dispatch dispatches whenever the checks above pass
         if task.state == "rejected":
             current = await self._get()
             if current.lineage.task_id is not None:
