@@ -317,12 +317,24 @@ class FleetActivities:
     @activity.defn(name=DISPATCH_AND_READ)
     async def dispatch_and_read(self, request: DispatchAndRead) -> Dispatched:
         """Dispatch, then read back what the workflow needs next, in one call: the record (which the
-        executor binds when it accepts a task) and, if a short task has already ended, its text."""
+        executor binds when it accepts a task) and, if a short task has already ended, its text.
+
+        With `wait_for_end_seconds`, the record is read again (backing off from FIRST_POLL_SECONDS)
+        until the task ends or that time is up: a one-shot command that takes a moment then ends
+        inside this call, instead of costing the workflow a watch activity and two more tasks.
+        """
         fleet, executor = self._clients()
         task = await self.dispatch_task(request.dispatch)
         if task.state == "rejected":
             return Dispatched(task=task)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + request.wait_for_end_seconds
+        pause = FIRST_POLL_SECONDS
         record = await self._call(GET_WORKLOAD, lambda: fleet.get(request.child_id))
+        while not finished(record) and loop.time() + pause <= deadline:
+            await asyncio.sleep(pause)
+            pause *= 2
+            record = await self._call(GET_WORKLOAD, lambda: fleet.get(request.child_id))
         if result_artifact_sha256(record) is None:
             return Dispatched(task=task, record=record)
         instance = request.dispatch.instance_id

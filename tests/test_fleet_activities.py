@@ -242,6 +242,21 @@ async def test_dispatch_and_read_returns_the_bound_record_and_an_ended_tasks_tex
     assert [t["task_id"] for t in substrate_tasks(substrate, child)] == [running.task.task_id]
 
 
+async def test_dispatch_and_read_can_wait_for_a_short_task_to_end(
+    fleet_activities: FleetActivities, substrate: RunningSubstrate
+):
+    child = new_child("dispatch-wait")
+    await admitted(fleet_activities, child)
+    dispatch = DispatchTask(
+        instance_id="local-1",
+        dispatch=TaskDispatch(message_id=f"{child}:dispatch", child_id=child, kind="one-shot-command", prompt="sleep 0.3; echo soon"),
+    )
+    ended = await run(fleet_activities.dispatch_and_read, DispatchAndRead(dispatch=dispatch, child_id=child, wait_for_end_seconds=4))
+    # One call: dispatched, read again until the task ended, and its text read too.
+    assert ended.record is not None and ended.record.status.observed_state == "succeeded"
+    assert ended.output is not None and ended.output.output == "soon\n"
+
+
 def admit_and_dispatch_request(child: str, instance_id: str = "local-1", **record_options) -> AdmitAndDispatch:
     dispatch = DispatchTask(
         instance_id=instance_id,

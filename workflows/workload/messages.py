@@ -172,6 +172,7 @@ class DispatchAndRead(_Message):
     dispatch: DispatchTask
     child_id: str  # the fleet child id
     max_output_chars: int = Field(default=DEFAULT_OUTPUT_CHARS, ge=0)
+    wait_for_end_seconds: float = Field(default=0.0, ge=0, le=5)  # keep reading until the task ends, this long
 
 
 class Dispatched(_Message):

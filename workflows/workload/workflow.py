@@ -94,6 +94,7 @@ T = TypeVar("T")
 CALL_TIMEOUT = timedelta(seconds=30)
 CALL_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), backoff_coefficient=2, maximum_interval=timedelta(seconds=30))
 MAX_CAS_ATTEMPTS = 10
+ONE_SHOT_WAIT_FOR_END = timedelta(seconds=1)
 LEAN = "workload-lean"
 ONE_CALL_START = "workload-admit-and-dispatch"
 
@@ -229,7 +230,15 @@ class WorkloadWorkflow:
 
     def _dispatch_and_read(self) -> DispatchAndRead:
         dispatch = DispatchTask(instance_id=self._input.target_id, dispatch=build_dispatch(self._input))
-        return DispatchAndRead(dispatch=dispatch, child_id=self._fleet_id, max_output_chars=self._input.max_output_chars)
+        # A one-shot command often ends within moments: read on until it does (up to a second)
+        # rather than follow it with a watch. Other kinds run on; their first state is news.
+        wait = ONE_SHOT_WAIT_FOR_END if self._input.child.kind == "one-shot-command" else timedelta(0)
+        return DispatchAndRead(
+            dispatch=dispatch,
+            child_id=self._fleet_id,
+            max_output_chars=self._input.max_output_chars,
+            wait_for_end_seconds=wait.total_seconds(),
+        )
 
     async def _start(self, record: WorkloadRecord, started: AdmittedAndDispatched | None) -> WorkloadRecord:
         """Dispatch and bind the task, or re-adopt the one the record already names.
