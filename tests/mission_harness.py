@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import uuid
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -19,6 +20,16 @@ from workflows.admission.messages import LeaseRow, admission_workflow_id
 from workflows.admission.model import AdmissionPolicy
 
 POLICY = AdmissionPolicy(max_concurrent=8, runtime_quotas={"host": 8}, lease_ttl_seconds=30)
+
+
+def process_alive(pid: object) -> bool:
+    if not isinstance(pid, int):
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
 
 
 class MissionHarness:

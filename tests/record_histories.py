@@ -7,7 +7,7 @@ JSON history per workflow run into tests/histories/. Re-record after an intended
 workflow change only together with a `workflow.patched` branch for the old path,
 keeping the old histories: they stand for workflows already running in production.
 `--tag TAG` appends `-TAG` to every file name, so a new recording sits beside them;
-`--only PREFIX` writes only the histories whose names start with it (the workflow that changed).
+`--only PREFIX` (repeatable) writes only the histories whose names start with one of them.
 """
 
 from __future__ import annotations
@@ -42,12 +42,12 @@ HISTORIES = Path(__file__).resolve().parent / "histories"
 
 
 TAG = ""
-ONLY = ""
+ONLY: tuple[str, ...] = ("",)
 
 
 async def save_chain(client: Client, workflow_id: str, name: str, *, last_runs: int = 2) -> None:
     """Write the last `last_runs` runs of a workflow id (continue-as-new chains have several)."""
-    if not name.startswith(ONLY):
+    if not name.startswith(ONLY):  # a tuple of prefixes
         return
     runs = [execution async for execution in client.list_workflows(f"WorkflowId = '{workflow_id}'")]
     runs.sort(key=lambda execution: execution.start_time)
@@ -118,6 +118,13 @@ async def record(client: Client, substrate, scratch: Path) -> None:
             ],
         })
         await control.run(mixed)
+        # Supervising its daemon and agent, the mission continues as new once its history is long
+        # (this server suggests it at 100 events); stop it in its second run.
+        for _ in range(300):
+            runs = [run async for run in client.list_workflows("WorkflowId = 'mission:recorded-mixed'")]
+            if len(runs) >= 2:
+                break
+            await asyncio.sleep(0.2)
         await control.stop(mixed.mission_id)
         await control.handle(mixed.mission_id).result()
         cancelled = parse_spec({
@@ -137,7 +144,7 @@ async def record(client: Client, substrate, scratch: Path) -> None:
         await save_chain(client, "probe-urgent", "admission-probe-urgent")
         await save_chain(client, admission_workflow_id("probes"), "admission-probes", last_runs=2)
         await save_chain(client, admission_workflow_id("burst"), "admission-burst", last_runs=2)
-        await save_chain(client, "mission:recorded-mixed", "mission-mixed")
+        await save_chain(client, "mission:recorded-mixed", "mission-mixed", last_runs=2)
         await save_chain(client, "mission:recorded-cancel", "mission-cancelled")
         await save_chain(client, "workload:recorded-mixed:report", "workload-one-shot")
         await save_chain(client, "workload:recorded-mixed:api", "workload-daemon")
@@ -151,9 +158,9 @@ if __name__ == "__main__":
 
     parser = argparse.ArgumentParser(description="Record the histories that tests/test_replay.py replays.")
     parser.add_argument("--tag", default="", help="suffix for every file name, to keep older recordings")
-    parser.add_argument("--only", default="", help="write only the histories whose names start with this")
+    parser.add_argument("--only", action="append", default=[], help="write only the histories whose names start with this (repeatable)")
     options = parser.parse_args()
     TAG = f"-{options.tag}" if options.tag else ""
-    ONLY = options.only
+    ONLY = tuple(options.only) or ("",)
     asyncio.run(main())
     exit_now(0)

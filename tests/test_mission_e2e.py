@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import asyncio
-import os
 
 import pytest
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError
 
 from activities.ledger_store import SqliteLedgerStore
-from tests.mission_harness import mission_harness
+from tests.mission_harness import mission_harness, process_alive
 from tests.substrate_fixtures import substrate, substrate_tasks  # noqa: F401  (fixture)
 from worker.cli import run as run_cli
 from worker.mission_control import parse_spec
@@ -91,16 +90,6 @@ async def test_unroutable_child_fails_closed(dev_client: Client, substrate, tmp_
         assert child.observed_state == "operator-review-required" and "unroutable" in (child.note or "")
 
 
-def _alive(pid: object) -> bool:
-    if not isinstance(pid, int):
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
-
-
 async def _children_running(h, mission_id: str, *child_ids: str):
     """Every child dispatched (its task bound in the lineage) and not finished yet."""
     ledger = await h.control.show(mission_id)
@@ -157,14 +146,14 @@ async def test_cancelled_mission_leaves_no_process_and_no_lease(dev_client: Clie
         await h.until(lambda: _children_running(h, spec.mission_id, "long-1", "long-2"), "children running")
         pids = [task["pid"] for cid in ("long-1", "long-2")
                 for task in substrate_tasks(substrate, fleet_child_id(spec.mission_id, cid))]
-        assert all(_alive(pid) for pid in pids)
+        assert all(process_alive(pid) for pid in pids)
         await h.control.cancel(spec.mission_id)
         with pytest.raises(WorkflowFailureError):
             await h.control.handle(spec.mission_id).result()
         ledger = await h.control.show(spec.mission_id)
         assert ledger.parent_state == "cancelled"
         assert {ledger.child(cid).observed_state for cid in ("long-1", "long-2")} == {"cancelled"}
-        assert not any(_alive(pid) for pid in pids)
+        assert not any(process_alive(pid) for pid in pids)
         assert await h.admission_leases(spec.host_group) == []
 
 
@@ -205,5 +194,5 @@ async def test_long_lived_children_stay_supervised_after_the_verdict_until_stop(
         assert final.parent_state == "completed"
         for cid in ("api", "agent"):
             tasks = substrate_tasks(substrate, fleet_child_id(spec.mission_id, cid))
-            assert len(tasks) == 1 and not _alive(tasks[0]["pid"])
+            assert len(tasks) == 1 and not process_alive(tasks[0]["pid"])
         assert await h.admission_leases(spec.host_group) == []

@@ -32,6 +32,7 @@ with workflow.unsafe.imports_passed_through():
         LeaseRef,
         ReleaseBatch,
         RenewBatch,
+        RequesterCarry,
         SubmitAdmission,
         SubmitBatch,
         admission_workflow_id,
@@ -53,6 +54,22 @@ class AdmissionClient:
         self._version = 0  # bumped on every decision batch; waiters compare, never reset
         self._stopped = False
         workflow.set_signal_handler(DECISION_SIGNAL, self._on_decisions)
+
+    def carry(self) -> RequesterCarry:
+        """What the requester's next run needs (continue-as-new): its requests and their last
+        decisions, and what it already asked about them. The decision history is not carried."""
+        return RequesterCarry(
+            decisions=dict(self.decisions),
+            mine=sorted(self._mine),
+            renew_sent=dict(self._renew_sent),
+            giving_back=sorted(self._giving_back),
+        )
+
+    def restore(self, carried: RequesterCarry) -> None:
+        self.decisions = dict(carried.decisions)
+        self._mine = set(carried.mine)
+        self._renew_sent = dict(carried.renew_sent)
+        self._giving_back = set(carried.giving_back)
 
     # --- inbound ----------------------------------------------------------------------------
 

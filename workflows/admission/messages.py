@@ -172,6 +172,15 @@ AdmissionWorkflowInput.model_rebuild()
 CarriedState.model_rebuild()
 
 
+class RequesterCarry(_Message):
+    """An `AdmissionClient`'s state, handed to its workflow's next run at continue-as-new."""
+
+    decisions: dict[str, AdmissionDecision]
+    mine: list[str]
+    renew_sent: dict[str, int]
+    giving_back: list[str]
+
+
 class SubmitAdmission(_Message):
     """Activity input: signal-with-start the host group's admission workflow with one batch."""
 

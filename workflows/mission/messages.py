@@ -6,6 +6,10 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from workflows.admission.messages import RequesterCarry
+from workflows.mission.ledger import MissionLedger
+from workflows.mission.observation import ChildObservation
+from workflows.mission.planning import Assignment
 from workflows.mission.spec import MissionSpec
 
 MISSION_WORKFLOW = "MissionWorkflow"
@@ -19,6 +23,25 @@ def admission_request_id(mission_id: str, child_id: str) -> str:
     return f"{mission_id}:{child_id}"
 
 
+class MissionCarry(BaseModel):
+    """What a MissionWorkflow hands to its next run at continue-as-new: the ledger, where each
+    child stands, and its admission requests. Children started by earlier runs keep running;
+    the new run follows them by their signals (see `workflows.mission.workflow`)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    ledger: MissionLedger
+    assignments: dict[str, Assignment]
+    started: list[str]
+    running: list[str]
+    ended: list[str]
+    released: list[str]
+    observations: list[ChildObservation]  # arrived, not folded yet
+    written_seq: int
+    admission: RequesterCarry
+    runs: int = Field(ge=1)  # how many runs came before this one
+
+
 class MissionInput(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -27,6 +50,12 @@ class MissionInput(BaseModel):
     # Off only where the server cannot register them (the time-skipping test server).
     search_attributes: bool = True
     poll_interval_seconds: float = Field(default=1.0, gt=0, le=60)
+    # Continue-as-new once the history is this long (or the server suggests it) while only
+    # long-lived children run: supervising daemons renews leases for as long as they live.
+    max_history_events: int = Field(default=10_000, ge=100)
+    # How often a long-lived child shows its mission it is alive when nothing changes.
+    alive_every_seconds: float = Field(default=300.0, gt=0, le=3600)
+    carried: MissionCarry | None = None
 
 
 class ReviewRequest(BaseModel):

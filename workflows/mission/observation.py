@@ -6,9 +6,22 @@ from datetime import datetime
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from workflows.contract import Artifact, Backpressure, ExitClassification, Health, Lineage, ObservedState, WorkloadKind
+from workflows.contract import (
+    REVIEW_REQUIRED_STATES,
+    TERMINAL_OBSERVED_STATES,
+    Artifact,
+    Backpressure,
+    ExitClassification,
+    Health,
+    Lineage,
+    ObservedState,
+    WorkloadKind,
+)
 
 OBSERVATION_SIGNAL = "workload_observed"
+# A long-lived workload's sign of life to its mission while nothing changes: if the signal
+# cannot be delivered, the mission is gone and the workload stops its runtime task.
+ALIVE_SIGNAL = "workload_alive"
 
 
 class ChildObservation(BaseModel):
@@ -33,3 +46,10 @@ class ChildObservation(BaseModel):
     error_code: str | None = None
     output: str | None = None  # the result artifact's text, when the executor returned one
     note: str | None = None  # why the orchestrator (not the substrate) decided this state, e.g. unroutable
+
+
+def ends_workload(observation: ChildObservation) -> bool:
+    """The last observation a WorkloadWorkflow reports: nothing more follows it (the workload's
+    own rule, `workflows.workload.record.finished`, applied to what it reported)."""
+    state = observation.observed_state
+    return state in TERMINAL_OBSERVED_STATES or state in REVIEW_REQUIRED_STATES

@@ -12,6 +12,16 @@ Verdict and lifetime are separate: the verdict settles (ledger, search
 attributes, `wait_for_verdict`) as soon as the aggregation decides; the workflow
 itself closes only when no child is live, so long-lived children stay
 supervised, their leases renewed, until an operator sends `stop`.
+
+That can be days, and every lease renewal costs the history about twenty events,
+so runs patched with `CONTINUE_AS_NEW` hand over to a new run once the history is
+long, whenever only long-lived children are running. Those children are started
+ABANDON and report everything by signal, their last observation included, so they
+outlive the run that started them and the current run hears their end. The new run
+takes the ledger, the children's bookkeeping and the admission requests along
+(`MissionCarry`). Since a terminated mission can no longer cancel them, they show
+it a sign of life after every quiet watch and stop their runtime task once it
+cannot be signalled (`workflows.workload.workflow`).
 """
 
 from __future__ import annotations
@@ -35,8 +45,8 @@ with workflow.unsafe.imports_passed_through():
         ReviewDecision,
         SnapshotRef,
     )
-    from workflows.mission.messages import MissionInput, ReviewRequest, admission_request_id
-    from workflows.mission.observation import OBSERVATION_SIGNAL, ChildObservation
+    from workflows.mission.messages import MissionCarry, MissionInput, ReviewRequest, admission_request_id
+    from workflows.mission.observation import ALIVE_SIGNAL, OBSERVATION_SIGNAL, ChildObservation, ends_workload
     from workflows.mission.planning import Assignment, plan_targets
     from workflows.mission.search import MISSION_AGGREGATION, MISSION_HOST_GROUP, MISSION_ORCHESTRATOR, MISSION_STATE
     from workflows.workload.client import cancel_workload, workload_workflow_id
@@ -48,6 +58,12 @@ WAKE_FROM_PASS_START = "mission-wake-from-pass-start"
 # the server), and snapshots are written by one background writer, so a pass never waits for a
 # write. A write in flight holds back only the next one, which then takes the latest ledger.
 LEAN = "mission-lean"
+# Runs that may continue-as-new: a mission supervising daemons renews their leases for as long
+# as they live (about 20 events a renewal), so it hands over to a new run once its history is
+# long. Long-lived children are therefore started ABANDON (they outlive the run that started
+# them) and report everything by signal, their end included; see WorkloadInput.
+CONTINUE_AS_NEW = "mission-continue-as-new"
+LONG_LIVED_KINDS = ("daemon", "persistent-agent", "scheduled-collector")
 
 
 @workflow.defn(name="MissionWorkflow")
@@ -61,7 +77,8 @@ class MissionWorkflow:
         self._admission = AdmissionClient(input.spec.host_group)
         self._observations: list[ChildObservation] = []
         self._assignments: dict[str, Assignment] = {}
-        self._children: dict[str, workflow.ChildWorkflowHandle] = {}
+        self._started: set[str] = set()  # children started, by this run or an earlier one
+        self._followed: set[str] = set()  # children this run started, whose end it awaits
         self._running: set[str] = set()  # child workflows started and not yet ended
         self._ended: set[str] = set()
         self._released: set[str] = set()
@@ -70,14 +87,22 @@ class MissionWorkflow:
         self._written_seq = -1
         self._writing = False
         self._lean = False  # decided at the start of run(): patched() belongs to workflow code
+        self._can = False
         self._shown_state: str | None = None
+        if input.carried is not None:
+            self._take_over(input.carried)
 
     # --- operator and child inputs ----------------------------------------------------------
 
     @workflow.signal(name=OBSERVATION_SIGNAL)
     def workload_observed(self, observation: ChildObservation) -> None:
         self._observations.append(observation)
+        self._note_if_ended(observation)
         self._wake += 1
+
+    @workflow.signal(name=ALIVE_SIGNAL)
+    def workload_alive(self, child_id: str) -> None:
+        """A long-lived child's sign of life; that the signal was delivered is all it needs."""
 
     @workflow.signal
     def stop(self) -> None:
@@ -116,9 +141,11 @@ class MissionWorkflow:
     @workflow.run
     async def run(self, input: MissionInput) -> MissionLedger:
         self._lean = workflow.patched(LEAN)
+        self._can = self._lean and workflow.patched(CONTINUE_AS_NEW)
         try:
-            await self._plan()
-            await self._submit_for_admission()
+            if input.carried is None:
+                await self._plan()
+                await self._submit_for_admission()
             renewals = asyncio.ensure_future(self._admission.keep_leases_alive())
             await self._supervise()
             await self._close("mission finished")
@@ -203,6 +230,64 @@ class MissionWorkflow:
                 )
             except asyncio.TimeoutError:
                 pass
+            if self._continue_as_new_due():
+                await self._snapshot(flush=True)  # the next run starts from a stored ledger
+                if self._continue_as_new_due():
+                    workflow.continue_as_new(self._carry())
+
+    # --- continue-as-new --------------------------------------------------------------------
+
+    def _continue_as_new_due(self) -> bool:
+        """The history is long, and nothing is in flight that the next run could not take over:
+        no update handler running, no child waiting to start, only long-lived children running
+        (they report by signal, whichever run is current)."""
+        info = workflow.info()
+        return (
+            self._can
+            and not self._stop_requested
+            and (info.is_continue_as_new_suggested() or info.get_current_history_length() >= self._input.max_history_events)
+            and workflow.all_handlers_finished()
+            and not self._waiting()
+            and all(self._child_specs[child_id].kind in LONG_LIVED_KINDS for child_id in self._running)
+        )
+
+    def _carry(self) -> MissionInput:
+        carried = self._input.carried
+        self._details(f"continuing as new with {len(self._running)} running children")
+        return self._input.model_copy(update={"carried": MissionCarry(
+            ledger=self._ledger,
+            assignments=self._assignments,
+            started=sorted(self._started),
+            running=sorted(self._running),
+            ended=sorted(self._ended),
+            released=sorted(self._released),
+            observations=self._observations,
+            written_seq=self._written_seq,
+            admission=self._admission.carry(),
+            runs=carried.runs + 1 if carried else 1,
+        )})
+
+    def _take_over(self, carried: MissionCarry) -> None:
+        """Pick up where the previous run left off (it continued as new)."""
+        self._ledger = carried.ledger
+        self._assignments = dict(carried.assignments)
+        self._started = set(carried.started)
+        self._running = set(carried.running)
+        self._ended = set(carried.ended)
+        self._released = set(carried.released)
+        self._written_seq = carried.written_seq
+        self._admission.restore(carried.admission)
+        self._observations = list(carried.observations)
+        for observation in self._observations:
+            self._note_if_ended(observation)
+
+    def _note_if_ended(self, observation: ChildObservation) -> None:
+        """A child an earlier run started ends with its last observation: this run has no handle
+        to await (children this run started end when their handle does)."""
+        child_id = observation.child_id
+        if child_id in self._running and child_id not in self._followed and ends_workload(observation):
+            self._running.discard(child_id)
+            self._ended.add(child_id)
 
     # --- folding inputs into the ledger -----------------------------------------------------
 
@@ -247,7 +332,7 @@ class MissionWorkflow:
         ready = [
             child for child in self._spec.children
             if child.child_id in self._assignments
-            and child.child_id not in self._children
+            and child.child_id not in self._started
             and not self._ledger.child(child.child_id).cancel_requested
             and self._admission.is_current(self._request_id(child.child_id))
         ][: max(0, room)]
@@ -255,7 +340,8 @@ class MissionWorkflow:
             return
         handles = await asyncio.gather(*(self._start_child(child.child_id) for child in ready))
         for child, handle in zip(ready, handles):
-            self._children[child.child_id] = handle
+            self._started.add(child.child_id)
+            self._followed.add(child.child_id)
             self._running.add(child.child_id)
             asyncio.ensure_future(self._follow_child(child.child_id, handle))
 
@@ -263,6 +349,9 @@ class MissionWorkflow:
         spec = self._spec
         child = self._child_specs[child_id]
         target = self._assignments[child_id]
+        # Long-lived children outlive this run when it continues as new: ABANDON, not cancelled
+        # with it; they report by signal and stop themselves if the mission is ever gone.
+        outlives_run = self._can and child.kind in LONG_LIVED_KINDS
         return await workflow.start_child_workflow(
             WORKLOAD_WORKFLOW,
             WorkloadInput(
@@ -274,10 +363,11 @@ class MissionWorkflow:
                 runtime_id=target.runtime_id,
                 parent_id=workflow.info().workflow_id,
                 poll_interval_seconds=self._input.poll_interval_seconds,
+                **({"report_to_mission_by_signal": True, "watch_max_seconds": self._input.alive_every_seconds} if outlives_run else {}),
             ),
             id=workload_workflow_id(spec.mission_id, child_id),
             cancellation_type=ChildWorkflowCancellationType.WAIT_CANCELLATION_COMPLETED,
-            parent_close_policy=ParentClosePolicy.REQUEST_CANCEL,
+            parent_close_policy=ParentClosePolicy.ABANDON if outlives_run else ParentClosePolicy.REQUEST_CANCEL,
             static_summary=f"{child.kind} {child_id} on {target.target_id}",
             result_type=WorkloadResult,
         )
@@ -298,7 +388,7 @@ class MissionWorkflow:
 
     async def _cancel_children(self, child_ids: list[str], why: str) -> None:
         started = [cid for cid in child_ids if cid in self._running]
-        waiting = [cid for cid in child_ids if cid not in self._children and cid in self._assignments]
+        waiting = [cid for cid in child_ids if cid not in self._started and cid in self._assignments]
         for child_id in started:
             workflow.logger.info("cancelling workload %s: %s", child_id, why)
         # By workflow id, not through the child handle: a long-lived workload has usually
@@ -324,7 +414,7 @@ class MissionWorkflow:
     def _waiting(self) -> bool:
         """Children that were routed but have neither ended nor been started yet."""
         return any(
-            child_id not in self._children and child_id not in self._ended
+            child_id not in self._started and child_id not in self._ended
             and self._admission.state_of(self._request_id(child_id)) in (None, "queued", "admitted")
             for child_id in self._assignments
         )

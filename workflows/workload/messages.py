@@ -228,6 +228,11 @@ class WorkloadInput(_Message):
     watch_max_seconds: float = Field(default=300.0, gt=0, le=3600)
     max_history_events: int = Field(default=5000, ge=20)
     max_output_chars: int = Field(default=DEFAULT_OUTPUT_CHARS, ge=0)
+    # Set by a mission that may continue-as-new while this workload runs (long-lived kinds):
+    # its next run cannot see this workflow end, so the last observation is signalled too, a
+    # sign of life goes to the mission after every quiet watch, and a mission that can no longer
+    # be signalled is gone: the workload then stops its runtime task and ends.
+    report_to_mission_by_signal: bool = False
     carried: WorkloadCarry | None = None
 
     @model_validator(mode="after")

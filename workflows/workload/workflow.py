@@ -46,7 +46,7 @@ from temporalio.exceptions import ActivityError, ApplicationError, is_cancelled_
 
 with workflow.unsafe.imports_passed_through():
     from workflows.contract import ContractError, WorkloadRecord, WorkloadStatus
-    from workflows.mission.observation import OBSERVATION_SIGNAL, ChildObservation
+    from workflows.mission.observation import ALIVE_SIGNAL, OBSERVATION_SIGNAL, ChildObservation
     from workflows.workload.messages import (
         ADMIT_AND_DISPATCH,
         ADMIT_WORKLOAD,
@@ -147,6 +147,7 @@ class WorkloadWorkflow:
         self._last: ChildObservation | None = None
         self._lean = False  # decided at the start of run(): patched() belongs to workflow code
         self._one_call_start = False
+        self._mission_gone: str | None = None  # why the mission can no longer be signalled
 
     @workflow.query
     def observation(self) -> ChildObservation | None:
@@ -355,8 +356,18 @@ class WorkloadWorkflow:
     # --- following ------------------------------------------------------------------------
 
     async def _follow(self, record: WorkloadRecord) -> WorkloadRecord:
+        by_signal = self._input.report_to_mission_by_signal
         while True:
-            await self._report(record, in_result=self._lean and finished(record))
+            if by_signal and record.status.revision <= self._reported:
+                await self._signal_parent(ALIVE_SIGNAL, self._child_id)  # a quiet watch: show we are here
+            await self._report(record, in_result=self._lean and finished(record) and not by_signal)
+            if self._mission_gone is not None:
+                await _shielded(self._stop())
+                raise ApplicationError(
+                    f"workload {self._child_id!r} stopped its runtime task: its mission is gone ({self._mission_gone})",
+                    type="workload.orphaned",
+                    non_retryable=True,
+                )
             if finished(record):
                 return record
             if self._history_is_long():
@@ -416,15 +427,22 @@ class WorkloadWorkflow:
             f"{observation.kind} {observation.child_id} on {self._input.target_id}: "
             f"{observation.observed_state} (revision {observation.revision})"
         )
+        if signal:
+            await self._signal_parent(OBSERVATION_SIGNAL, observation)
+
+    async def _signal_parent(self, name: str, payload: Any) -> None:
         parent = workflow.info().parent
-        if parent is None or not signal:
+        if parent is None:
             return
         try:
-            await workflow.get_external_workflow_handle(parent.workflow_id).signal(OBSERVATION_SIGNAL, observation)
+            await workflow.get_external_workflow_handle(parent.workflow_id).signal(name, payload)
         except Exception as error:  # a parent that is gone must not fail the workload
             if is_cancelled_exception(error):
                 raise
             workflow.logger.warning("cannot signal parent %s: %s", parent.workflow_id, error)
+            # A signal to a running workflow cannot fail: the parent has closed or was terminated.
+            if self._input.report_to_mission_by_signal:
+                self._mission_gone = f"signalling {parent.workflow_id} failed: {error}"
 
     # --- cancellation ---------------------------------------------------------------------
 
