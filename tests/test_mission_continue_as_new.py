@@ -87,3 +87,18 @@ async def test_terminating_a_mission_stops_its_long_lived_children(dev_client: C
             assert getattr(error.cause, "type", None) == "workload.orphaned"
         tasks = substrate_tasks(substrate, fleet_child_id(spec.mission_id, "api"))
         assert len(tasks) == 1 and not process_alive(tasks[0]["pid"])
+
+
+async def test_a_later_run_hears_a_child_an_earlier_run_started_end_and_then_closes(dev_client: Client, substrate, tmp_path):
+    async with mission_harness(dev_client, substrate, tmp_path, policy=FAST_RENEWALS) as h:
+        spec = parse_spec(h.spec("ends-later", [{"child_id": "api", "kind": "daemon", "prompt": "sleep 8"}]))
+        await h.control.run(spec, max_history_events=100)
+        handle = h.control.handle(spec.mission_id)
+        final = await handle.result()  # the daemon exits after 8 s; nobody stops the mission
+        runs = await runs_of(dev_client, handle.id)
+        assert len(runs) >= 2 and runs[-1].status == WorkflowExecutionStatus.COMPLETED
+        # The run that closed did not start the daemon: it learnt of its end from its last signal.
+        last_run = await dev_client.get_workflow_handle(handle.id, run_id=runs[-1].run_id).fetch_history()
+        assert not any(e.event_type == EventType.EVENT_TYPE_START_CHILD_WORKFLOW_EXECUTION_INITIATED for e in last_run.events)
+        assert final.child("api").observed_state not in ("running", "healthy", "starting")
+        assert await h.admission_leases(spec.host_group) == []

@@ -48,8 +48,7 @@ class ChildObservation(BaseModel):
     note: str | None = None  # why the orchestrator (not the substrate) decided this state, e.g. unroutable
 
 
-def ends_workload(observation: ChildObservation) -> bool:
-    """The last observation a WorkloadWorkflow reports: nothing more follows it (the workload's
-    own rule, `workflows.workload.record.finished`, applied to what it reported)."""
-    state = observation.observed_state
-    return state in TERMINAL_OBSERVED_STATES or state in REVIEW_REQUIRED_STATES
+def ends_workload(observed_state: str) -> bool:
+    """A state a WorkloadWorkflow reports last: nothing more follows it (the workload's own rule,
+    `workflows.workload.record.finished`, applied to what it reported)."""
+    return observed_state in TERMINAL_OBSERVED_STATES or observed_state in REVIEW_REQUIRED_STATES

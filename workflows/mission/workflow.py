@@ -97,7 +97,7 @@ class MissionWorkflow:
     @workflow.signal(name=OBSERVATION_SIGNAL)
     def workload_observed(self, observation: ChildObservation) -> None:
         self._observations.append(observation)
-        self._note_if_ended(observation)
+        self._note_if_ended(observation.child_id, observation.observed_state)
         self._wake += 1
 
     @workflow.signal(name=ALIVE_SIGNAL)
@@ -278,14 +278,17 @@ class MissionWorkflow:
         self._written_seq = carried.written_seq
         self._admission.restore(carried.admission)
         self._observations = list(carried.observations)
+        # A child whose last observation the previous run folded while it awaited the child's
+        # handle has ended too: the ledger says so.
+        for child_id in sorted(self._running):
+            self._note_if_ended(child_id, self._ledger.child(child_id).observed_state)
         for observation in self._observations:
-            self._note_if_ended(observation)
+            self._note_if_ended(observation.child_id, observation.observed_state)
 
-    def _note_if_ended(self, observation: ChildObservation) -> None:
+    def _note_if_ended(self, child_id: str, observed_state: str) -> None:
         """A child an earlier run started ends with its last observation: this run has no handle
         to await (children this run started end when their handle does)."""
-        child_id = observation.child_id
-        if child_id in self._running and child_id not in self._followed and ends_workload(observation):
+        if child_id in self._running and child_id not in self._followed and ends_workload(observed_state):
             self._running.discard(child_id)
             self._ended.add(child_id)
 
