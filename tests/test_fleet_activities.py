@@ -134,16 +134,22 @@ async def test_wrong_token_says_which_variable_to_fix_without_showing_any_token(
         assert_no_token(text)
 
 
+async def failed_get(fleet: FleetActivities) -> ApplicationError:
+    """How `get_workload` fails against a substrate that cannot answer (the fleet is closed after)."""
+    try:
+        with pytest.raises(ApplicationError) as failed:
+            await run(fleet.get_workload, WorkloadRef(child_id="anything"))
+    finally:
+        await fleet.aclose()
+    return failed.value
+
+
 async def test_unavailable_substrate_is_a_retryable_error():
     down = FleetActivities(f"http://127.0.0.1:{free_port()}", f"http://127.0.0.1:{free_port()}", FLEET_TOKEN, EXECUTOR_TOKEN)
-    try:
-        with pytest.raises(ApplicationError) as unavailable:
-            await run(down.get_workload, WorkloadRef(child_id="anything"))
-    finally:
-        await down.aclose()
-    assert unavailable.value.non_retryable is False and unavailable.value.type == "http.unreachable"
-    assert "unavailable" in unavailable.value.message
-    assert_no_token(unavailable.value.message)
+    unavailable = await failed_get(down)
+    assert unavailable.non_retryable is False and unavailable.type == "http.unreachable"
+    assert "unavailable" in unavailable.message
+    assert_no_token(unavailable.message)
 
 
 async def test_a_substrate_that_never_answers_is_a_retryable_timeout_named_as_one():
@@ -151,14 +157,9 @@ async def test_a_substrate_that_never_answers_is_a_retryable_timeout_named_as_on
         listener.bind(("127.0.0.1", 0))
         listener.listen(8)
         url = f"http://127.0.0.1:{listener.getsockname()[1]}"
-        silent = FleetActivities(url, url, FLEET_TOKEN, EXECUTOR_TOKEN, http_timeout=0.3)
-        try:
-            with pytest.raises(ApplicationError) as unavailable:
-                await run(silent.get_workload, WorkloadRef(child_id="anything"))
-        finally:
-            await silent.aclose()
-    assert unavailable.value.non_retryable is False and unavailable.value.type == "http.timeout"
-    assert "GET /api/v2/fleet/workloads/anything timed out" in unavailable.value.message
+        timeout = await failed_get(FleetActivities(url, url, FLEET_TOKEN, EXECUTOR_TOKEN, http_timeout=0.3))
+    assert timeout.non_retryable is False and timeout.type == "http.timeout"
+    assert "GET /api/v2/fleet/workloads/anything timed out" in timeout.message
 
 
 async def test_a_worker_without_tokens_fails_activities_with_the_fix():
