@@ -39,7 +39,6 @@ class MissionCarry(BaseModel):
     observations: list[ChildObservation]  # arrived, not folded yet
     written_seq: int
     admission: RequesterCarry
-    runs: int = Field(ge=1)  # how many runs came before this one
 
 
 class MissionInput(BaseModel):

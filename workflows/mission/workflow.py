@@ -63,7 +63,6 @@ LEAN = "mission-lean"
 # long. Long-lived children are therefore started ABANDON (they outlive the run that started
 # them) and report everything by signal, their end included; see WorkloadInput.
 CONTINUE_AS_NEW = "mission-continue-as-new"
-LONG_LIVED_KINDS = ("daemon", "persistent-agent", "scheduled-collector")
 
 
 @workflow.defn(name="MissionWorkflow")
@@ -248,11 +247,10 @@ class MissionWorkflow:
             and (info.is_continue_as_new_suggested() or info.get_current_history_length() >= self._input.max_history_events)
             and workflow.all_handlers_finished()
             and not self._waiting()
-            and all(self._child_specs[child_id].kind in LONG_LIVED_KINDS for child_id in self._running)
+            and all(self._child_specs[child_id].long_lived for child_id in self._running)
         )
 
     def _carry(self) -> MissionInput:
-        carried = self._input.carried
         self._details(f"continuing as new with {len(self._running)} running children")
         return self._input.model_copy(update={"carried": MissionCarry(
             ledger=self._ledger,
@@ -264,7 +262,6 @@ class MissionWorkflow:
             observations=self._observations,
             written_seq=self._written_seq,
             admission=self._admission.carry(),
-            runs=carried.runs + 1 if carried else 1,
         )})
 
     def _take_over(self, carried: MissionCarry) -> None:
@@ -354,7 +351,7 @@ class MissionWorkflow:
         target = self._assignments[child_id]
         # Long-lived children outlive this run when it continues as new: ABANDON, not cancelled
         # with it; they report by signal and stop themselves if the mission is ever gone.
-        outlives_run = self._can and child.kind in LONG_LIVED_KINDS
+        outlives_run = self._can and child.long_lived
         return await workflow.start_child_workflow(
             WORKLOAD_WORKFLOW,
             WorkloadInput(

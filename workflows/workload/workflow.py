@@ -229,13 +229,15 @@ class WorkloadWorkflow:
             workflow.logger.info("workload %s was admitted before (revision %d)", self._child_id, admitted.record.status.revision)
         return admitted.record, started
 
+    def _dispatch(self) -> DispatchTask:
+        return DispatchTask(instance_id=self._input.target_id, dispatch=build_dispatch(self._input))
+
     def _dispatch_and_read(self) -> DispatchAndRead:
-        dispatch = DispatchTask(instance_id=self._input.target_id, dispatch=build_dispatch(self._input))
         # A one-shot command often ends within moments: read on until it does (up to a second)
         # rather than follow it with a watch. Other kinds run on; their first state is news.
-        wait = ONE_SHOT_WAIT_FOR_END if self._input.child.kind == "one-shot-command" else timedelta(0)
+        wait = timedelta(0) if self._input.child.long_lived else ONE_SHOT_WAIT_FOR_END
         return DispatchAndRead(
-            dispatch=dispatch,
+            dispatch=self._dispatch(),
             child_id=self._fleet_id,
             max_output_chars=self._input.max_output_chars,
             wait_for_end_seconds=wait.total_seconds(),
@@ -263,7 +265,7 @@ class WorkloadWorkflow:
                     dispatched = await self._call(DISPATCH_AND_READ, self._dispatch_and_read(), Dispatched)
                     task = dispatched.task
                 else:
-                    task = await self._call(DISPATCH_TASK, self._dispatch_and_read().dispatch, TaskView)
+                    task = await self._call(DISPATCH_TASK, self._dispatch(), TaskView)
             except CALL_FAILED as error:
                 refusal = _refusal(error)
                 if refusal is None:
