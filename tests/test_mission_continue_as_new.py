@@ -3,6 +3,9 @@ child whose mission is gone stops its runtime task (dev server, real substrate a
 
 from __future__ import annotations
 
+import os
+import signal
+
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError
 from temporalio.contrib.pydantic import pydantic_data_converter
@@ -102,3 +105,28 @@ async def test_a_later_run_hears_a_child_an_earlier_run_started_end_and_then_clo
         assert not any(e.event_type == EventType.EVENT_TYPE_START_CHILD_WORKFLOW_EXECUTION_INITIATED for e in last_run.events)
         assert final.child("api").observed_state not in ("running", "healthy", "starting")
         assert await h.admission_leases(spec.host_group) == []
+
+
+async def test_a_carried_child_that_vanished_without_a_last_word_is_unknown_when_the_mission_stops(
+    dev_client: Client, substrate, tmp_path
+):
+    async with mission_harness(dev_client, substrate, tmp_path, policy=FAST_RENEWALS) as h:
+        spec = parse_spec(h.spec("vanished", LONG_LIVED[:1]))
+        verdict = await h.control.run(spec, max_history_events=100)
+        handle = h.control.handle(spec.mission_id)
+
+        async def continued():
+            return len(await runs_of(dev_client, handle.id)) >= 2 or None
+
+        await h.until(continued, "the mission to continue as new", within=60)
+        # The workload disappears without reporting (terminated by hand): no run awaits its handle.
+        await dev_client.get_workflow_handle(workload_workflow_id(spec.mission_id, "api")).terminate("lost")
+        await h.control.stop(spec.mission_id)
+        final = await handle.result()
+        api = final.child("api")
+        assert api.observed_state == "unknown" and "without a last observation" in (api.note or "")
+        assert final.parent_state == verdict.parent_state  # settled before; the child's state tells what happened
+        assert await h.admission_leases(spec.host_group) == []
+        for task in substrate_tasks(substrate, fleet_child_id(spec.mission_id, "api")):
+            if process_alive(task["pid"]):
+                os.kill(task["pid"], signal.SIGKILL)  # nobody supervised it any more

@@ -11,6 +11,7 @@ from activities.admission import AdmissionActivities
 from activities.audit_store import AuditActivities, AuditStore
 from activities.fleet import FleetActivities
 from activities.ledger_store import LedgerActivities, SqliteLedgerStore
+from activities.workflow_status import WorkflowStatusActivities
 from worker.config import WorkerConfig
 from workflows.admission.probe import AdmissionProbeWorkflow
 from workflows.admission.workflow import AdmissionWorkflow
@@ -58,6 +59,7 @@ def build_worker(
             admission.submit_admission_batch,
             audit.export_audit_events,
             ledger.write_ledger_snapshot,
+            WorkflowStatusActivities(client).running_workflows,
             *fleet.activities(),
         ],
         **worker_options,  # type: ignore[arg-type]

@@ -13,6 +13,7 @@ from workflows.mission.planning import Assignment
 from workflows.mission.spec import MissionSpec
 
 MISSION_WORKFLOW = "MissionWorkflow"
+RUNNING_WORKFLOWS = "running_workflows"
 
 
 def mission_workflow_id(mission_id: str) -> str:
@@ -21,6 +22,12 @@ def mission_workflow_id(mission_id: str) -> str:
 
 def admission_request_id(mission_id: str, child_id: str) -> str:
     return f"{mission_id}:{child_id}"
+
+
+class WorkflowIds(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    ids: list[str]
 
 
 class MissionCarry(BaseModel):

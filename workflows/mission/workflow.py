@@ -45,7 +45,14 @@ with workflow.unsafe.imports_passed_through():
         ReviewDecision,
         SnapshotRef,
     )
-    from workflows.mission.messages import MissionCarry, MissionInput, ReviewRequest, admission_request_id
+    from workflows.mission.messages import (
+        RUNNING_WORKFLOWS,
+        MissionCarry,
+        MissionInput,
+        ReviewRequest,
+        WorkflowIds,
+        admission_request_id,
+    )
     from workflows.mission.observation import ALIVE_SIGNAL, OBSERVATION_SIGNAL, ChildObservation, ends_workload
     from workflows.mission.planning import Assignment, plan_targets
     from workflows.mission.search import MISSION_AGGREGATION, MISSION_HOST_GROUP, MISSION_ORCHESTRATOR, MISSION_STATE
@@ -63,6 +70,9 @@ LEAN = "mission-lean"
 # long. Long-lived children are therefore started ABANDON (they outlive the run that started
 # them) and report everything by signal, their end included; see WorkloadInput.
 CONTINUE_AS_NEW = "mission-continue-as-new"
+# How long a stopped child an earlier run started may stay silent before the mission asks the
+# server whether its workflow still runs (one that was terminated will never answer).
+SILENCE_BEFORE_ASKING = timedelta(seconds=10)
 
 
 @workflow.defn(name="MissionWorkflow")
@@ -439,12 +449,50 @@ class MissionWorkflow:
         if live:
             self._details(f"{why}: stopping {len(live)} live children")
             await self._cancel_children(live, why=why)
-            await workflow.wait_condition(lambda: not self._running)
+            await self._until_children_ended()
         self._fold_observations()
         await self._admission.give_back_everything()
         self._fold_decisions()
         await self._snapshot(flush=True)
         self._publish()
+
+    async def _until_children_ended(self) -> None:
+        """Children this run started end with their handle. One an earlier run started ends
+        with its last observation, unless its workflow was terminated or failed first: after a
+        silence, ask the server, and record the ones that are gone as `unknown` (fail closed)."""
+        if not self._can:  # every child has a handle
+            await workflow.wait_condition(lambda: not self._running)
+            return
+        while True:
+            try:
+                await workflow.wait_condition(
+                    lambda: not self._running, timeout=SILENCE_BEFORE_ASKING, timeout_summary="stopped children's last word",
+                )
+                return
+            except asyncio.TimeoutError:
+                pass
+            silent = sorted(self._running - self._followed)
+            if not silent:
+                continue
+            ids = {workload_workflow_id(self._spec.mission_id, child_id): child_id for child_id in silent}
+            running = await workflow.execute_local_activity(
+                RUNNING_WORKFLOWS, WorkflowIds(ids=list(ids)), result_type=WorkflowIds,
+                start_to_close_timeout=timedelta(seconds=30), summary="are the silent children still running",
+            )
+            for workflow_id, child_id in ids.items():
+                if workflow_id not in running.ids:
+                    self._record_vanished(child_id)
+
+    def _record_vanished(self, child_id: str) -> None:
+        child = self._ledger.child(child_id)
+        workflow.logger.warning("workload %s ended without a last observation", child_id)
+        self._ledger = aggregation.apply_observation(self._ledger, self._spec, ChildObservation(
+            child_id=child_id, kind=child.kind, revision=(child.revision or 0) + 1, observed_state="unknown",
+            observed_at=workflow.now(), lineage=child.lineage,
+            note="the workload ended without a last observation (terminated or failed): check its runtime task",
+        ))
+        self._running.discard(child_id)
+        self._ended.add(child_id)
 
     # --- what operators see -----------------------------------------------------------------
 

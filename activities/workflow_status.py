@@ -1,0 +1,31 @@
+"""Which of some workflows are still running: for a workflow that must know whether a workflow
+it does not own a handle to (a child an earlier run of it started) has closed."""
+
+from __future__ import annotations
+
+from temporalio import activity
+from temporalio.api.enums.v1 import WorkflowExecutionStatus
+from temporalio.client import Client
+from temporalio.service import RPCError, RPCStatusCode
+
+from workflows.mission.messages import RUNNING_WORKFLOWS, WorkflowIds
+
+
+class WorkflowStatusActivities:
+    def __init__(self, client: Client) -> None:
+        self._client = client
+
+    @activity.defn(name=RUNNING_WORKFLOWS)
+    async def running_workflows(self, request: WorkflowIds) -> WorkflowIds:
+        """The ids whose latest run is still running (an id the server does not know is not)."""
+        running = []
+        for workflow_id in request.ids:
+            try:
+                description = await self._client.get_workflow_handle(workflow_id).describe()
+            except RPCError as error:
+                if error.status != RPCStatusCode.NOT_FOUND:
+                    raise
+                continue
+            if description.raw_description.workflow_execution_info.status == WorkflowExecutionStatus.WORKFLOW_EXECUTION_STATUS_RUNNING:
+                running.append(workflow_id)
+        return WorkflowIds(ids=running)
