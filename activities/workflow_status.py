@@ -4,8 +4,7 @@ it does not own a handle to (a child an earlier run of it started) has closed.""
 from __future__ import annotations
 
 from temporalio import activity
-from temporalio.api.enums.v1 import WorkflowExecutionStatus
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.service import RPCError, RPCStatusCode
 
 from workflows.mission.messages import RUNNING_WORKFLOWS, WorkflowIds
@@ -26,6 +25,6 @@ class WorkflowStatusActivities:
                 if error.status != RPCStatusCode.NOT_FOUND:
                     raise
                 continue
-            if description.raw_description.workflow_execution_info.status == WorkflowExecutionStatus.WORKFLOW_EXECUTION_STATUS_RUNNING:
+            if description.status == WorkflowExecutionStatus.RUNNING:
                 running.append(workflow_id)
         return WorkflowIds(ids=running)

@@ -131,10 +131,6 @@ async def activity_calls(handle: WorkflowHandle) -> list[tuple[str, Any]]:
     return calls
 
 
-async def activity_types(handle: WorkflowHandle) -> list[str]:
-    return [name for name, _ in await activity_calls(handle)]
-
-
 async def assert_replays(*handles: WorkflowHandle) -> None:
     """The workflow code still produces exactly these histories (determinism)."""
     replayer = Replayer(workflows=[WorkloadWorkflow, WorkloadParentProbe], data_converter=pydantic_data_converter)

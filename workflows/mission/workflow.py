@@ -288,12 +288,11 @@ class MissionWorkflow:
         self._written_seq = carried.written_seq
         self._admission.restore(carried.admission)
         self._observations = list(carried.observations)
-        # A child whose last observation the previous run folded while it awaited the child's
-        # handle has ended too: the ledger says so.
+        self._fold_observations()
+        # A running child whose last observation has arrived (in an earlier run, which awaited
+        # its handle, or in flight at the handover) has ended: the ledger says so.
         for child_id in sorted(self._running):
             self._note_if_ended(child_id, self._ledger.child(child_id).observed_state)
-        for observation in self._observations:
-            self._note_if_ended(observation.child_id, observation.observed_state)
 
     def _note_if_ended(self, child_id: str, observed_state: str) -> None:
         """A child an earlier run started ends with its last observation: this run has no handle

@@ -69,7 +69,6 @@ with workflow.unsafe.imports_passed_through():
         DispatchTask,
         Observed,
         ObserveWorkload,
-        Refusal,
         RuntimeIdentityUpdate,
         TaskRef,
         TaskView,
@@ -258,23 +257,14 @@ class WorkloadWorkflow:
             return record
         if finished(record):
             return record
-        dispatched = started.dispatched if started else None
-        refusal: Refusal | ApplicationError | None = started.dispatch_refused if started else None
-        task = dispatched.task if dispatched else None
-        if started is None:
-            try:
-                if self._lean:
-                    dispatched = await self._call(DISPATCH_AND_READ, self._dispatch_and_read(), Dispatched)
-                    task = dispatched.task
-                else:
-                    task = await self._call(DISPATCH_TASK, self._dispatch(), TaskView)
-            except CALL_FAILED as error:
-                refusal = _refusal(error)
-                if refusal is None:
-                    raise
+        if started is not None:
+            dispatched, refusal = started.dispatched, started.dispatch_refused
+        else:
+            dispatched, refusal = await self._send_task()
         if refusal is not None:
             return await self._fail(record, refusal.type or "executor.rejected", f"dispatch refused: {refusal.message}")
-        assert task is not None  # admit_and_dispatch dispatches whenever the checks above pass
+        assert dispatched is not None  # admit_and_dispatch dispatches whenever the checks above pass
+        task = dispatched.task
         if task.state == "rejected":
             current = await self._get()
             if current.lineage.task_id is not None:
@@ -283,13 +273,25 @@ class WorkloadWorkflow:
             reason = task.status_text or "the executor rejected the task"
             return await self._fail(current, "executor.task_rejected", f"dispatch rejected: {reason}")
         self._task_id = task.task_id
-        if dispatched is not None and dispatched.record is not None:
+        if dispatched.record is not None:
             # Read right after the dispatch: usually bound by the executor already (nothing left to
             # write), and a short task may have ended too, its text read in the same call.
             record = dispatched.record
             if dispatched.output is not None:
                 self._output, self._output_sha256 = dispatched.output.output, result_artifact_sha256(record)
         return await self._bind(record, task)
+
+    async def _send_task(self) -> tuple[Dispatched | None, ApplicationError | None]:
+        """Dispatch (reading back in the same call in lean runs); or the refusal no retry can fix."""
+        try:
+            if self._lean:
+                return await self._call(DISPATCH_AND_READ, self._dispatch_and_read(), Dispatched), None
+            return Dispatched(task=await self._call(DISPATCH_TASK, self._dispatch(), TaskView)), None
+        except CALL_FAILED as error:
+            refusal = _refusal(error)
+            if refusal is None:
+                raise
+            return None, refusal
 
     async def _bind(self, record: WorkloadRecord, task: TaskView) -> WorkloadRecord:
         """Bind the task (and a persistent agent's session) to the record; the executor may have already."""
