@@ -34,8 +34,6 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import is_cancelled_exception
 from temporalio.workflow import ChildWorkflowCancellationType, ParentClosePolicy
 
-from workflows.cancellation import raise_if_cancel_was_absorbed
-
 with workflow.unsafe.imports_passed_through():
     from workflows.admission.client import AdmissionClient
     from workflows.admission.model import AdmissionRequest
@@ -221,7 +219,6 @@ class MissionWorkflow:
 
     async def _supervise(self) -> None:
         while True:
-            raise_if_cancel_was_absorbed()
             at_start = (self._wake, self._admission.version)
             self._fold_decisions()
             self._fold_observations()

@@ -44,8 +44,6 @@ from temporalio import workflow
 from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError, is_cancelled_exception
 
-from workflows.cancellation import raise_if_cancel_was_absorbed
-
 with workflow.unsafe.imports_passed_through():
     from workflows.contract import ContractError, WorkloadRecord, WorkloadStatus
     from workflows.mission.observation import ALIVE_SIGNAL, OBSERVATION_SIGNAL, ChildObservation
@@ -364,7 +362,6 @@ class WorkloadWorkflow:
     async def _follow(self, record: WorkloadRecord) -> WorkloadRecord:
         by_signal = self._input.report_to_mission_by_signal
         while True:
-            raise_if_cancel_was_absorbed()
             if by_signal and record.status.revision <= self._reported:
                 await self._signal_parent(ALIVE_SIGNAL, self._child_id)  # a quiet watch: show we are here
             await self._report(record, in_result=self._lean and finished(record) and not by_signal)
