@@ -286,39 +286,17 @@ class FleetActivities:
         Heartbeats on every poll, so a dead worker is noticed within the heartbeat timeout and a
         cancellation from the workflow is delivered here (as `CancelledError` at the next await).
         """
-        return await self._read_until(
-            WATCH_WORKLOAD,
-            request.child_id,
-            lambda record: record.status.revision > request.after_revision,
-            wait_seconds=request.max_wait_seconds,
-            max_pause=request.poll_interval_seconds,
-            heartbeat=True,
-        )
-
-    async def _read_until(
-        self,
-        operation: str,
-        child_id: str,
-        done: Callable[[WorkloadRecord], bool],
-        *,
-        wait_seconds: float,
-        max_pause: float,
-        heartbeat: bool = False,
-    ) -> WorkloadRecord:
-        """Read the record until `done(record)` or `wait_seconds` have passed, pausing from
-        FIRST_POLL_SECONDS and doubling up to `max_pause` between reads."""
         fleet, _ = self._clients()
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + wait_seconds
-        pause = min(FIRST_POLL_SECONDS, max_pause)
+        deadline = loop.time() + request.max_wait_seconds
+        pause = min(FIRST_POLL_SECONDS, request.poll_interval_seconds)
         while True:
-            record = await self._call(operation, lambda: fleet.get(child_id))
-            if done(record) or loop.time() >= deadline:
+            record = await self._call(WATCH_WORKLOAD, lambda: fleet.get(request.child_id))
+            if record.status.revision > request.after_revision or loop.time() >= deadline:
                 return record
-            if heartbeat:
-                activity.heartbeat(record.status.revision)
+            activity.heartbeat(record.status.revision)
             await asyncio.sleep(min(pause, max(0.0, deadline - loop.time())))
-            pause = min(pause * 2, max_pause)
+            pause = min(pause * 2, request.poll_interval_seconds)
 
     @activity.defn(name=RECONCILE)
     async def reconcile(self, request: Reconcile) -> ReconcileResult:
@@ -341,18 +319,22 @@ class FleetActivities:
         """Dispatch, then read back what the workflow needs next, in one call: the record (which the
         executor binds when it accepts a task) and, if a short task has already ended, its text.
 
-        With `wait_for_end_seconds`, the record is read again (`_read_until`) until the task ends
-        or that time is up: a one-shot command that takes a moment then ends inside this call,
-        instead of costing the workflow a watch activity and two more tasks.
+        With `wait_for_end_seconds`, the record is read again (backing off from FIRST_POLL_SECONDS)
+        until the task ends or that time is up: a one-shot command that takes a moment then ends
+        inside this call, instead of costing the workflow a watch activity and two more tasks.
         """
-        _, executor = self._clients()
+        fleet, executor = self._clients()
         task = await self.dispatch_task(request.dispatch)
         if task.state == "rejected":
             return Dispatched(task=task)
-        wait = request.wait_for_end_seconds
-        record = await self._read_until(
-            GET_WORKLOAD, request.child_id, finished, wait_seconds=wait, max_pause=max(wait, FIRST_POLL_SECONDS),
-        )
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + request.wait_for_end_seconds
+        pause = FIRST_POLL_SECONDS
+        record = await self._call(GET_WORKLOAD, lambda: fleet.get(request.child_id))
+        while not finished(record) and loop.time() + pause <= deadline:
+            await asyncio.sleep(pause)
+            pause *= 2
+            record = await self._call(GET_WORKLOAD, lambda: fleet.get(request.child_id))
         if result_artifact_sha256(record) is None:
             return Dispatched(task=task, record=record)
         instance = request.dispatch.instance_id
