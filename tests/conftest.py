@@ -12,9 +12,12 @@ from temporalio.testing import WorkflowEnvironment
 
 from worker.binaries import temporal_cli, temporal_test_server
 from worker.process import exit_now, temporal_core_loaded
+from workflows import fleet_workload_v1
 from workflows.mission.search import SEARCH_ATTRIBUTES
 
-CONTRACT_DIR = Path(__file__).resolve().parents[2] / "shared" / "contract" / "fleet-workload-v1"
+# The contract the product ships (workflows/fleet_workload_v1/: the schema and its fixtures), as a
+# real directory: an editable install or a checkout imports the package from the source tree.
+CONTRACT_DIR = Path(str(fleet_workload_v1.PACKAGE))
 
 # Lowered so the dev-server tests see continue-as-new suggested after a hundred events.
 DEV_SERVER_DYNAMIC_CONFIG = {
@@ -24,8 +27,11 @@ DEV_SERVER_DYNAMIC_CONFIG = {
 
 @pytest.fixture(scope="session")
 def contract_dir() -> Path:
-    if not CONTRACT_DIR.is_dir():
-        pytest.fail(f"contract directory not found at {CONTRACT_DIR}; shared/ must sit beside the repository")
+    if not (CONTRACT_DIR / fleet_workload_v1.SCHEMA_NAME).is_file():
+        pytest.fail(
+            f"the bundled contract is missing from {CONTRACT_DIR}: workflows/fleet_workload_v1/ must hold "
+            f"{fleet_workload_v1.SCHEMA_NAME} and fixtures/ (is the package installed from a zip?)"
+        )
     return CONTRACT_DIR
 
 

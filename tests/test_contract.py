@@ -29,6 +29,7 @@ from temporalio.testing import WorkflowEnvironment
 
 from tests.contract_workflow import ContractRoundTripWorkflow
 from worker.cli import run
+from workflows import fleet_workload_v1
 from workflows.contract import (
     API_VERSION,
     Artifact,
@@ -258,6 +259,25 @@ def test_validate_needs_at_least_one_file(capsys: pytest.CaptureFixture[str]) ->
         run(["contract", "validate"])
     assert exit_info.value.code == 2
     assert "FILE" in capsys.readouterr().err
+
+
+def test_schema_prints_the_bundled_json_schema_byte_for_byte(
+    contract_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert run(["contract", "schema"]) == 0
+    out, err = capsys.readouterr()
+    assert err == ""
+    assert out == (contract_dir / "fleet-workload-v1.schema.json").read_text(encoding="utf-8")
+    printed = json.loads(out)
+    assert printed["$id"] == "urn:agentic-orchestration:fleet-workload:v1"
+    assert printed == fleet_workload_v1.load_schema()
+    Draft202012Validator.check_schema(printed)
+
+
+def test_bundled_contract_is_the_package_data_the_tests_use(contract_dir: Path) -> None:
+    # The schema and fixtures the CLI ships are the very files these tests check the models against.
+    assert Path(str(fleet_workload_v1.SCHEMA_FILE)) == contract_dir / "fleet-workload-v1.schema.json"
+    assert sorted(f.name for f in fleet_workload_v1.FIXTURES.iterdir()) == sorted(fleet_workload_v1.FIXTURE_NAMES)
 
 
 # --- documents and dispatch -------------------------------------------------------------------------

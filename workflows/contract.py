@@ -1,6 +1,6 @@
 """Fleet Workload Contract v1 (`urn:agentic-orchestration:fleet-workload:v1`) as pydantic models.
 
-The JSON Schema in `shared/contract/fleet-workload-v1/` is the authority; these models accept
+The JSON Schema in `workflows/fleet_workload_v1/` is the authority; these models accept
 exactly what it accepts (tests cross-check them against it), with one extra restriction the schema
 cannot express: credential material never crosses the boundary, so keys that name a credential are
 rejected at any depth, including inside the otherwise open `spec.orchestrator_metadata`.

@@ -1,7 +1,10 @@
-"""`conductor contract validate FILE...`: check documents against Fleet Workload Contract v1.
+"""`conductor contract validate FILE...` and `conductor contract schema`: Fleet Workload Contract v1.
 
-One line per file that passes (`FILE: ok`) and one line per problem otherwise
+`validate` prints one line per file that passes (`FILE: ok`) and one line per problem otherwise
 (`FILE: $.json.path: message`), so the output can be grepped and fixed line by line.
+
+`schema` prints the JSON Schema the product ships (workflows/fleet_workload_v1/), byte for byte,
+so a user of an installed wheel can hand it to other tools: `conductor contract schema > v1.json`.
 """
 
 from __future__ import annotations
@@ -10,6 +13,7 @@ import argparse
 import json
 import sys
 
+from workflows import fleet_workload_v1
 from workflows.contract import ContractError, parse_document
 
 STDIN = "-"
@@ -17,7 +21,9 @@ STDIN_LABEL = "<stdin>"
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    contract = subparsers.add_parser("contract", help="Fleet Workload Contract v1: validate documents")
+    contract = subparsers.add_parser(
+        "contract", help="Fleet Workload Contract v1: validate documents, print the JSON Schema"
+    )
     commands = contract.add_subparsers(dest="contract_command", required=True, metavar="COMMAND")
     validate = commands.add_parser(
         "validate",
@@ -29,6 +35,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     validate.add_argument("files", nargs="+", metavar="FILE", help="JSON document to check; - reads standard input")
     validate.set_defaults(func=run_validate)
+    schema = commands.add_parser(
+        "schema",
+        help="print the contract's JSON Schema (the copy this installation ships)",
+        description="Print the Fleet Workload Contract v1 JSON Schema "
+        "(urn:agentic-orchestration:fleet-workload:v1, draft 2020-12) to standard output, exactly as "
+        "shipped with Mission Conductor.",
+    )
+    schema.set_defaults(func=run_schema)
 
 
 def run_validate(args: argparse.Namespace) -> int:
@@ -42,6 +56,11 @@ def run_validate(args: argparse.Namespace) -> int:
             print(f"{label}: ok")
         all_ok = all_ok and not issues
     return 0 if all_ok else 1
+
+
+def run_schema(args: argparse.Namespace) -> int:
+    sys.stdout.write(fleet_workload_v1.schema_text())
+    return 0
 
 
 def _check(name: str) -> list[tuple[str, str]]:
