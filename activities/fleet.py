@@ -86,6 +86,7 @@ from workflows.workload.record import finished, result_artifact_sha256
 R = TypeVar("R")
 
 MISSING_CREDENTIALS = "credentials.missing"
+TASK_REJECTED = "executor.task_rejected"
 FIRST_POLL_SECONDS = 0.05
 
 
@@ -164,15 +165,13 @@ class FleetActivities:
                 await client.aclose()
 
     def activities(self) -> list[Callable[..., Any]]:
-        """Every activity, for `Worker(activities=...)`."""
+        """The activities workflows call, for `Worker(activities=...)`. `admit_workload`,
+        `dispatch_task` and `dispatch_and_read` are the steps of `admit_and_dispatch`."""
         return [
             self.list_targets,
-            self.admit_workload,
             self.get_workload,
             self.observe_workload,
             self.watch_workload,
-            self.dispatch_task,
-            self.dispatch_and_read,
             self.admit_and_dispatch,
             self.get_task,
             self.cancel_task,
@@ -326,7 +325,8 @@ class FleetActivities:
         fleet, executor = self._clients()
         task = await self.dispatch_task(request.dispatch)
         if task.state == "rejected":
-            return Dispatched(task=task)
+            # Read back all the same: another dispatch may have bound the record meanwhile.
+            return Dispatched(task=task, record=await self._call(GET_WORKLOAD, lambda: fleet.get(request.child_id)))
         loop = asyncio.get_running_loop()
         deadline = loop.time() + request.wait_for_end_seconds
         pause = FIRST_POLL_SECONDS
@@ -347,8 +347,9 @@ class FleetActivities:
 
         A record that already names a task is re-adopted, never dispatched again; a retry admits
         again (an identical replay answers with the current record) and so finds the task a lost
-        answer had dispatched. A dispatch refused for good comes back as data, for the workflow
-        to write onto the admitted record; an admission refused for good fails the call.
+        answer had dispatched. A dispatch refused for good, or a task the executor rejected,
+        comes back as a refusal, for the workflow to write onto the admitted record; an
+        admission refused for good fails the call.
         """
         admitted = await self.admit_workload(AdmitWorkload(record=request.record))
         if admitted.record.lineage.task_id is not None or finished(admitted.record):
@@ -359,6 +360,11 @@ class FleetActivities:
             if not error.non_retryable:
                 raise
             return AdmittedAndDispatched(admitted=admitted, dispatch_refused=Refusal(type=error.type, message=error.message))
+        if dispatched.task.state == "rejected" and dispatched.record.lineage.task_id is None:
+            # The record could not start a task (it ended, or an operator stopped it, meanwhile).
+            # Bound to another task instead, it goes back as dispatched, for the workflow to adopt.
+            reason = dispatched.task.status_text or "the executor rejected the task"
+            return AdmittedAndDispatched(admitted=admitted, dispatch_refused=Refusal(type=TASK_REJECTED, message=reason))
         return AdmittedAndDispatched(admitted=admitted, dispatched=dispatched)
 
     @activity.defn(name=GET_TASK)

@@ -1,13 +1,14 @@
 """Record the workflow histories that tests/test_replay.py replays on every run.
 
-    .venv/bin/python -m tests.record_histories [--tag TAG] [--only PREFIX]
+    .venv/bin/python -m tests.record_histories [--only PREFIX]...
 
-Runs real scenarios on a fresh dev server with the local substrate and writes one
-JSON history per workflow run into tests/histories/. Re-record after an intended
-workflow change only together with a `workflow.patched` branch for the old path,
-keeping the old histories: they stand for workflows already running in production.
-`--tag TAG` appends `-TAG` to every file name, so a new recording sits beside them;
-`--only PREFIX` (repeatable) writes only the histories whose names start with one of them.
+Runs real scenarios on a fresh dev server with the local substrate and writes one JSON history
+per workflow run into tests/histories/ (continue-as-new chains get `-runN` suffixes). Between
+them the scenarios reach every command-issuing branch of the workflow code; which history
+reaches which branch is in tests/histories/README.md (`python -m tests.command_sites` prints
+that table). While the version is 0.x a workflow change re-records them all; see
+CONTRIBUTING.md for the rule after the first release. `--only PREFIX` (repeatable) writes only
+the histories whose names start with one of them.
 """
 
 from __future__ import annotations
@@ -15,33 +16,42 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import socket
 import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
 
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowFailureError
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
 from activities.admission import signal_with_start_admission
 from activities.fleet import FleetActivities
-from substrate.server import serve_in_thread
+from activities.sandbox_client import FleetClient, NotFound
+from substrate.server import RunningSubstrate, serve_in_thread
 from tests.decision_sink import DecisionSinkWorkflow
+from tests.polling import eventually
 from tests.substrate_fixtures import substrate_config
 from tests.substrate_support import EXECUTOR_TOKEN, FLEET_TOKEN
 from worker.binaries import temporal_cli
 from worker.config import WorkerConfig
 from worker.mission_control import MissionControl, parse_spec
 from worker.worker import build_worker
-from workflows.admission.messages import SubmitBatch, admission_workflow_id
+from workflows.admission.messages import PolicyChange, SubmitBatch, admission_workflow_id
 from workflows.admission.model import AdmissionPolicy, AdmissionRequest
 from workflows.admission.probe import ProbeInput, ProbeRequest
 from workflows.mission.search import SEARCH_ATTRIBUTES
+from workflows.mission.spec import ChildSpec
+from workflows.workload.client import workload_workflow_id
+from workflows.workload.messages import WorkloadInput, WorkloadResult
+from workflows.workload.record import fleet_child_id
 
 HISTORIES = Path(__file__).resolve().parent / "histories"
+TASK_QUEUE = "record"
+NO_EXECUTOR_QUEUE = "record-no-executor"  # a worker whose executor plane is unreachable
+POLICY = AdmissionPolicy(max_concurrent=4, runtime_quotas={"host": 4}, lease_ttl_seconds=6, allow_preemption=True)
+ONE_AT_A_TIME = POLICY.model_copy(update={"max_concurrent": 1, "runtime_quotas": {"host": 1}})
 
-
-TAG = ""
 ONLY: tuple[str, ...] = ("",)
 
 
@@ -54,8 +64,26 @@ async def save_chain(client: Client, workflow_id: str, name: str, *, last_runs: 
     for index, execution in enumerate(runs[-last_runs:]):
         history = await client.get_workflow_handle(workflow_id, run_id=execution.run_id).fetch_history()
         suffix = "" if len(runs) == 1 else f"-run{len(runs) - min(last_runs, len(runs)) + index + 1}"
-        (HISTORIES / f"{name}{suffix}{TAG}.json").write_text(json.dumps(json.loads(history.to_json()), indent=1))
-        print("recorded", name + suffix + TAG, len(history.events), "events")
+        (HISTORIES / f"{name}{suffix}.json").write_text(json.dumps(json.loads(history.to_json()), indent=1) + "\n")
+        print("recorded", name + suffix, len(history.events), "events")
+
+
+async def runs_of(client: Client, workflow_id: str) -> int:
+    return len([run async for run in client.list_workflows(f"WorkflowId = '{workflow_id}'")])
+
+
+async def ended(handle) -> None:
+    """Wait for a workflow to close, whichever way it closes."""
+    try:
+        await handle.result()
+    except WorkflowFailureError:
+        pass
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
 
 
 async def main() -> None:
@@ -67,100 +95,234 @@ async def main() -> None:
             dev_server_existing_path=temporal_cli(),
             dev_server_extra_args=["--dynamic-config-value", "limit.historyCount.suggestContinueAsNew=100"],
             search_attributes=SEARCH_ATTRIBUTES,
+            ui=False,
         )
         try:
-            with serve_in_thread(substrate_config(scratch_path / "substrate")) as substrate:
+            with serve_in_thread(substrate_config(scratch_path / "substrate", instances=6)) as substrate:
                 await record(env.client, substrate, scratch_path)
         finally:
             await env.shutdown()
 
 
-async def record(client: Client, substrate, scratch: Path) -> None:
-    policy = AdmissionPolicy(max_concurrent=4, runtime_quotas={"host": 4}, lease_ttl_seconds=6, allow_preemption=True)
-    config = WorkerConfig(
-        data_dir=scratch, task_queue="record", admission_policy=policy,
-        fleet_url=substrate.base_url, executor_url=substrate.base_url,
+async def record(client: Client, substrate: RunningSubstrate, scratch: Path) -> None:
+    url = substrate.base_url
+    config = WorkerConfig(data_dir=scratch, task_queue=TASK_QUEUE, admission_policy=POLICY, fleet_url=url, executor_url=url)
+    fleet = FleetActivities(url, url, FLEET_TOKEN, EXECUTOR_TOKEN)
+    dead = f"http://127.0.0.1:{free_port()}"
+    broken = WorkerConfig(data_dir=scratch, task_queue=NO_EXECUTOR_QUEUE, admission_policy=POLICY, fleet_url=url, executor_url=dead)
+    no_executor = FleetActivities(url, dead, FLEET_TOKEN, EXECUTOR_TOKEN)
+    try:
+        async with build_worker(client, config, fleet=fleet, extra_workflows=[DecisionSinkWorkflow]), \
+                build_worker(client, broken, fleet=no_executor):
+            control = MissionControl(client, TASK_QUEUE)
+            await asyncio.gather(
+                admission_probes(client),
+                admission_burst(client),
+                mixed_mission(client, control),
+                cancelled_mission(client, control),
+                contended_missions(client, control),
+                orphaned_workload(client, control),
+                workloads_refused(client, url),
+            )
+    finally:
+        await fleet.aclose()
+        await no_executor.aclose()
+
+
+# --- admission ------------------------------------------------------------------------------
+
+
+async def admission_probes(client: Client) -> None:
+    """Probes that wait, renew and get preempted."""
+    probes = [
+        await client.start_workflow(
+            "AdmissionProbeWorkflow",
+            ProbeInput(host_group="probes", requests=[ProbeRequest(request_id=name, preemptible=True, priority=prio)],
+                       hold_seconds=hold),
+            id=f"probe-{name}", task_queue=TASK_QUEUE,
+        )
+        for name, prio, hold in (("steady", 0, 8), ("waiting", 1, 2), ("urgent", 9, 2))
+    ]
+    for probe in probes:
+        await probe.result()
+    await save_chain(client, "probe-steady", "admission-probe-steady")
+    await save_chain(client, "probe-urgent", "admission-probe-urgent")
+    await save_chain(client, admission_workflow_id("probes"), "admission-probes")
+
+
+async def admission_burst(client: Client) -> None:
+    """150 requests that never renew, signalled one by one: the singleton continues as new."""
+    sink = await client.start_workflow(DecisionSinkWorkflow.run, id="sink", task_queue=TASK_QUEUE)
+    for index in range(150):
+        request = AdmissionRequest(
+            request_id=f"burst-{index:03d}", orchestrator_id="recorder", environment="default", provider="local",
+            runtime_kind="container", priority=index % 3, submitted_at=datetime.now(timezone.utc), queue_timeout_seconds=600,
+        )
+        await signal_with_start_admission(client, TASK_QUEUE, "burst", POLICY, "submit",
+                                          SubmitBatch(requester=sink.id, requests=[request]), max_history_events=100)
+    await asyncio.sleep(3)
+    await save_chain(client, admission_workflow_id("burst"), "admission-burst")
+    await sink.signal("done")
+
+
+# --- missions -------------------------------------------------------------------------------
+
+
+async def mixed_mission(client: Client, control: MissionControl) -> None:
+    """One child of each outcome under a quorum; supervising its daemon and agent the mission
+    continues as new; the agent's workload vanishes (terminated); then an operator stops it."""
+    mixed = parse_spec({
+        "mission_id": "recorded-mixed", "orchestrator_id": "recorder", "goal": "record histories",
+        "host_group": "missions", "aggregation": {"mode": "quorum", "minimum_successes": 3},
+        "children": [
+            {"child_id": "report", "kind": "one-shot-command", "prompt": "echo report", "required_evidence": ["result"]},
+            {"child_id": "slow", "kind": "one-shot-command", "prompt": "sleep 2; echo slow"},
+            {"child_id": "failing", "kind": "one-shot-command", "prompt": "exit 2"},
+            {"child_id": "api", "kind": "daemon", "prompt": "sleep 300"},
+            {"child_id": "agent", "kind": "persistent-agent", "prompt": "sleep 300"},
+        ],
+    })
+    await control.run(mixed, alive_every_seconds=1)
+    mission_id = "mission:recorded-mixed"
+    api = workload_workflow_id(mixed.mission_id, "api")
+
+    async def continued() -> bool:  # the mission, and its daemon's workload, each in a second run
+        return await runs_of(client, mission_id) >= 2 and await runs_of(client, api) >= 2
+
+    await eventually(continued, "the mixed mission and its daemon to continue as new", within=120, interval=0.2)
+    await client.get_workflow_handle(workload_workflow_id(mixed.mission_id, "agent")).terminate("recorded: vanished")
+    await control.stop(mixed.mission_id)
+    await control.handle(mixed.mission_id).result()
+    await save_chain(client, mission_id, "mission-mixed", last_runs=10)
+    await save_chain(client, workload_workflow_id(mixed.mission_id, "report"), "workload-one-shot")
+    await save_chain(client, workload_workflow_id(mixed.mission_id, "slow"), "workload-one-shot-slow")
+    await save_chain(client, api, "workload-daemon")
+
+
+async def cancelled_mission(client: Client, control: MissionControl) -> None:
+    cancelled = parse_spec({
+        "mission_id": "recorded-cancel", "orchestrator_id": "recorder", "goal": "record a cancellation",
+        "host_group": "missions", "aggregation": {"mode": "fail-fast"},
+        "children": [{"child_id": "sleeper", "kind": "one-shot-command", "prompt": "sleep 60"}],
+    })
+    await control.start(cancelled)
+
+    async def running() -> bool:
+        child = (await control.show(cancelled.mission_id)).child("sleeper")
+        return child.lineage is not None and child.lineage.task_id is not None
+
+    await eventually(running, "the sleeper running", within=30, interval=0.1)
+    await control.cancel(cancelled.mission_id)
+    await ended(control.handle(cancelled.mission_id))
+    await save_chain(client, "mission:recorded-cancel", "mission-cancelled")
+    await save_chain(client, workload_workflow_id(cancelled.mission_id, "sleeper"), "workload-cancelled")
+
+
+async def contended_missions(client: Client, control: MissionControl) -> None:
+    """A host group that runs one child at a time (set by an operator): a daemon holds it while
+    a request times out in the queue; an urgent mission preempts the daemon, whose mission stops
+    it (lease lost); the urgent mission's first child fails, and fail-fast withdraws its
+    sibling, still queued."""
+    change = PolicyChange(operator="recorder", policy=ONE_AT_A_TIME)
+    await signal_with_start_admission(client, TASK_QUEUE, "contended", ONE_AT_A_TIME, "set_policy", change)
+    victim = parse_spec({
+        "mission_id": "recorded-preempted", "orchestrator_id": "recorder", "goal": "be preempted",
+        "host_group": "contended",
+        "children": [{"child_id": "api", "kind": "daemon", "prompt": "sleep 300", "preemptible": True}],
+    })
+    await control.run(victim)
+    # A request that cannot wait long arrives: its deadline comes before the lease's expiry, so
+    # the singleton's standing timer is replaced by an earlier one; then it times out queued.
+    impatient = await client.start_workflow(
+        "AdmissionProbeWorkflow",
+        ProbeInput(host_group="contended", requests=[ProbeRequest(request_id="impatient", queue_timeout_seconds=1)]),
+        id="probe-impatient", task_queue=TASK_QUEUE,
     )
-    fleet = FleetActivities(substrate.base_url, substrate.base_url, FLEET_TOKEN, EXECUTOR_TOKEN)
-    async with build_worker(client, config, fleet=fleet, extra_workflows=[DecisionSinkWorkflow]):
-        # Admission: probes that wait, renew, get preempted; then a burst across continue-as-new.
-        probes = [
-            await client.start_workflow(
-                "AdmissionProbeWorkflow",
-                ProbeInput(host_group="probes", requests=[ProbeRequest(request_id=name, preemptible=True, priority=prio)],
-                           hold_seconds=hold),
-                id=f"probe-{name}", task_queue="record",
-            )
-            for name, prio, hold in (("steady", 0, 8), ("waiting", 1, 2), ("urgent", 9, 2))
-        ]
-        for probe in probes:
-            await probe.result()
-        sink = await client.start_workflow(DecisionSinkWorkflow.run, id="sink", task_queue="record")
-        for index in range(150):
-            request = AdmissionRequest(
-                request_id=f"burst-{index:03d}", orchestrator_id="recorder", environment="default", provider="local",
-                runtime_kind="container", priority=index % 3, submitted_at=datetime.now(timezone.utc), queue_timeout_seconds=600,
-            )
-            await signal_with_start_admission(client, "record", "burst", policy, "submit",
-                                              SubmitBatch(requester=sink.id, requests=[request]), max_history_events=100)
-        await asyncio.sleep(3)
+    await impatient.result()
+    urgent = parse_spec({
+        "mission_id": "recorded-urgent", "orchestrator_id": "recorder", "goal": "preempt, fail fast",
+        "host_group": "contended", "aggregation": {"mode": "fail-fast"},
+        "children": [
+            {"child_id": "broken", "kind": "one-shot-command", "prompt": "sleep 1; exit 1", "priority": 9},
+            {"child_id": "queued", "kind": "one-shot-command", "prompt": "echo never", "priority": 9},
+        ],
+    })
+    await control.start(urgent)
+    await ended(control.handle(urgent.mission_id))
+    await ended(control.handle(victim.mission_id))
+    await save_chain(client, "mission:recorded-preempted", "mission-preempted")
+    await save_chain(client, "mission:recorded-urgent", "mission-fail-fast-queued")
+    await save_chain(client, workload_workflow_id(victim.mission_id, "api"), "workload-preempted")
+    await save_chain(client, admission_workflow_id("contended"), "admission-contended")
 
-        # Missions: a mixed one stopped after its verdict, and a cancelled one.
-        control = MissionControl(client, "record")
-        mixed = parse_spec({
-            "mission_id": "recorded-mixed", "orchestrator_id": "recorder", "goal": "record histories",
-            "host_group": "missions", "aggregation": {"mode": "quorum", "minimum_successes": 3},
-            "children": [
-                {"child_id": "report", "kind": "one-shot-command", "prompt": "echo report", "required_evidence": ["result"]},
-                {"child_id": "failing", "kind": "one-shot-command", "prompt": "exit 2"},
-                {"child_id": "api", "kind": "daemon", "prompt": "sleep 300"},
-                {"child_id": "agent", "kind": "persistent-agent", "prompt": "sleep 300"},
-            ],
-        })
-        await control.run(mixed)
-        # Supervising its daemon and agent, the mission continues as new once its history is long
-        # (this server suggests it at 100 events); stop it in its second run.
-        for _ in range(300):
-            runs = [run async for run in client.list_workflows("WorkflowId = 'mission:recorded-mixed'")]
-            if len(runs) >= 2:
-                break
-            await asyncio.sleep(0.2)
-        await control.stop(mixed.mission_id)
-        await control.handle(mixed.mission_id).result()
-        cancelled = parse_spec({
-            "mission_id": "recorded-cancel", "orchestrator_id": "recorder", "goal": "record a cancellation",
-            "host_group": "missions", "aggregation": {"mode": "fail-fast"},
-            "children": [{"child_id": "sleeper", "kind": "one-shot-command", "prompt": "sleep 60"}],
-        })
-        await control.start(cancelled)
-        await asyncio.sleep(3)
-        await control.cancel(cancelled.mission_id)
+
+# --- workloads ------------------------------------------------------------------------------
+
+
+async def orphaned_workload(client: Client, control: MissionControl) -> None:
+    """A daemon's mission is terminated: the workload finds it gone and stops its task."""
+    spec = parse_spec({
+        "mission_id": "recorded-orphan", "orchestrator_id": "recorder", "goal": "be terminated",
+        "host_group": "missions", "children": [{"child_id": "api", "kind": "daemon", "prompt": "sleep 300"}],
+    })
+    await control.run(spec, alive_every_seconds=1)
+    await control.handle(spec.mission_id).terminate("recorded: terminated by an operator")
+    await ended(client.get_workflow_handle(workload_workflow_id(spec.mission_id, "api")))
+    await save_chain(client, workload_workflow_id(spec.mission_id, "api"), "workload-orphaned")
+
+
+def direct(child_id: str, prompt: str, *, mission: str = "recorded-direct", **child: object) -> WorkloadInput:
+    return WorkloadInput(
+        mission_id=mission, orchestrator_id="recorder", target_id="local-1", executor_id="local-executor-1",
+        child=ChildSpec(child_id=child_id, kind="one-shot-command", prompt=prompt, **child),  # type: ignore[arg-type]
+        poll_interval_seconds=0.2,
+    )
+
+
+async def workloads_refused(client: Client, fleet_url: str) -> None:
+    """Workloads without a mission: admission refused (the same child asked for with another
+    record), dispatch refused (an isolation the instance lacks), and one cancelled while its
+    dispatch cannot reach the executor."""
+
+    async def run(input: WorkloadInput, workflow_id: str, task_queue: str = TASK_QUEUE):
+        handle = await client.start_workflow(
+            "WorkloadWorkflow", input, id=workflow_id, task_queue=task_queue, result_type=WorkloadResult,
+        )
+        return handle
+
+    first = direct("clash", "echo first")
+    await (await run(first, "workload:recorded-direct:clash")).result()
+    budgets = first.child.budgets.model_copy(update={"timeout_seconds": first.child.budgets.timeout_seconds + 1})
+    clash = first.model_copy(update={"child": first.child.model_copy(update={"budgets": budgets})})
+    await (await run(clash, "workload:recorded-direct:clash-again")).result()
+    await (await run(direct("in-a-vm", "echo never", runtime_kind="vm"), "workload:recorded-direct:in-a-vm")).result()
+
+    stuck = await run(direct("stuck", "echo never"), "workload:recorded-direct:stuck", NO_EXECUTOR_QUEUE)
+    fleet = FleetClient(fleet_url, FLEET_TOKEN)
+
+    async def admitted() -> bool:  # admitted on the fleet, while its dispatch keeps failing
         try:
-            await control.handle(cancelled.mission_id).result()
-        except Exception:
-            pass
+            return (await fleet.get(fleet_child_id("recorded-direct", "stuck"))).status.observed_state == "admitted"
+        except NotFound:
+            return False
 
-        await save_chain(client, "probe-steady", "admission-probe-steady")
-        await save_chain(client, "probe-urgent", "admission-probe-urgent")
-        await save_chain(client, admission_workflow_id("probes"), "admission-probes", last_runs=2)
-        await save_chain(client, admission_workflow_id("burst"), "admission-burst", last_runs=2)
-        await save_chain(client, "mission:recorded-mixed", "mission-mixed", last_runs=2)
-        await save_chain(client, "mission:recorded-cancel", "mission-cancelled")
-        await save_chain(client, "workload:recorded-mixed:report", "workload-one-shot")
-        await save_chain(client, "workload:recorded-mixed:api", "workload-daemon")
-        await save_chain(client, "workload:recorded-cancel:sleeper", "workload-cancelled")
-        await sink.signal("done")
-    await fleet.aclose()
+    try:
+        await eventually(admitted, "the stuck workload admitted", within=30, interval=0.2)
+    finally:
+        await fleet.aclose()
+    await stuck.cancel()
+    await ended(stuck)
+    await save_chain(client, "workload:recorded-direct:clash-again", "workload-admission-refused")
+    await save_chain(client, "workload:recorded-direct:in-a-vm", "workload-dispatch-refused")
+    await save_chain(client, "workload:recorded-direct:stuck", "workload-cancelled-before-dispatch")
 
 
 if __name__ == "__main__":
     from worker.process import exit_now
 
     parser = argparse.ArgumentParser(description="Record the histories that tests/test_replay.py replays.")
-    parser.add_argument("--tag", default="", help="suffix for every file name, to keep older recordings")
     parser.add_argument("--only", action="append", default=[], help="write only the histories whose names start with this (repeatable)")
     options = parser.parse_args()
-    TAG = f"-{options.tag}" if options.tag else ""
     ONLY = tuple(options.only) or ("",)
     asyncio.run(main())
     exit_now(0)

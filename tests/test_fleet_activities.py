@@ -353,3 +353,29 @@ async def test_reconcile_classifies_from_the_stored_state(fleet_activities: Flee
     result = await run(fleet_activities.reconcile, Reconcile(child_ids=[child, "never-admitted-" + child]))
     rows = {row.child_id: row.classification for row in result.report.rows}
     assert rows == {child: "re-adopted", "never-admitted-" + child: "unknown"}
+
+
+async def test_admit_and_dispatch_returns_a_rejected_task_as_a_refusal(fleet_activities: FleetActivities, substrate: RunningSubstrate):
+    child = new_child("stopped")
+    request = admit_and_dispatch_request(child)
+    stopped = request.record.model_copy(update={"spec": request.record.spec.model_copy(update={"desired_state": "stopped"})})
+    result = await run(fleet_activities.admit_and_dispatch, request.model_copy(update={"record": stopped}))
+    assert result.dispatched is None and result.dispatch_refused is not None
+    assert result.dispatch_refused.type == "executor.task_rejected"
+    assert "desired_state 'stopped'" in result.dispatch_refused.message
+    assert [t["state"] for t in substrate_tasks(substrate, child)] == ["rejected"]
+
+
+async def test_a_dispatch_rejected_because_another_bound_the_record_reads_back_that_binding(
+    fleet_activities: FleetActivities,
+):
+    child = new_child("bound")
+    await admitted(fleet_activities, child)
+    first = await dispatch(fleet_activities, child, "sleep 5")
+    other = DispatchTask(
+        instance_id="local-1",
+        dispatch=TaskDispatch(message_id=f"{child}:other", child_id=child, kind="one-shot-command", prompt="echo other"),
+    )
+    second = await run(fleet_activities.dispatch_and_read, DispatchAndRead(dispatch=other, child_id=child))
+    assert second.task.state == "rejected" and second.record.lineage.task_id == first.task_id
+    await run(fleet_activities.cancel_task, TaskRef(instance_id="local-1", task_id=first.task_id))

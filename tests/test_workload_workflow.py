@@ -6,21 +6,24 @@ timeout must mean what it says.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
-from typing import Any
 import re
 import socket
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
 from contextlib import asynccontextmanager
 from pathlib import Path
 
 import pytest
 from temporalio.api.enums.v1 import EventType
-from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
+from temporalio import activity
+from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError, WorkflowHandle
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
+from temporalio.exceptions import ApplicationError, is_cancelled_exception
 from temporalio.worker import Replayer, Worker
 
 from activities.fleet import FleetActivities
@@ -39,7 +42,13 @@ from worker.config import WorkerConfig
 from worker.worker import build_worker
 from workflows.mission.spec import ChildSpec
 from workflows.workload.record import fleet_child_id
-from workflows.workload.messages import WorkloadInput, WorkloadResult
+from workflows.workload.messages import (
+    ADMIT_AND_DISPATCH,
+    AdmitAndDispatch,
+    AdmittedAndDispatched,
+    WorkloadInput,
+    WorkloadResult,
+)
 from workflows.workload.workflow import WorkloadWorkflow
 
 pytestmark = pytest.mark.timeout(90)
@@ -357,3 +366,48 @@ async def test_an_unavailable_substrate_is_retried_until_it_answers(
     finally:
         await fleet.aclose()
     assert result.verdict == "satisfied" and result.observation.output == "late\n"
+
+
+def admit_and_dispatch_that_finishes_despite_cancellation(
+    fleet: FleetActivities, reached: asyncio.Event
+) -> Callable[[AdmitAndDispatch], Awaitable[AdmittedAndDispatched]]:
+    """`admit_and_dispatch` as a call whose work is already under way when the workflow is
+    cancelled: it takes the cancellation, then completes all the same (the real call), so the
+    workflow's await returns a result and the cancellation is spent."""
+
+    @activity.defn(name=ADMIT_AND_DISPATCH)
+    async def admit_and_dispatch(request: AdmitAndDispatch) -> AdmittedAndDispatched:
+        reached.set()
+        try:
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:
+            return await fleet.admit_and_dispatch(request)
+        raise ApplicationError("the workflow's cancellation never reached the call", non_retryable=True)
+
+    return admit_and_dispatch
+
+
+async def test_a_cancellation_that_a_completed_call_swallowed_still_stops_the_task(
+    dev_env: WorkflowEnvironment, fleet_activities: FleetActivities, substrate: RunningSubstrate
+):
+    """Cancelled while its first call is in flight, and the call completes anyway: the workload
+    must not go on to watch its `sleep 60` to the end (as it did under fail-fast), but cancel it."""
+    client = dev_env.client
+    reached = asyncio.Event()
+    activities = [
+        admit_and_dispatch_that_finishes_despite_cancellation(fleet_activities, reached) if a == fleet_activities.admit_and_dispatch else a
+        for a in fleet_activities.activities()
+    ]
+    input = workload(child("sleep 60"))
+    task_queue = f"workload-{uuid.uuid4().hex[:8]}"
+    async with Worker(client, task_queue=task_queue, workflows=[WorkloadWorkflow], activities=activities,
+                      workflow_failure_exception_types=[Exception]):
+        handle = await start(client, task_queue, input)
+        await asyncio.wait_for(reached.wait(), timeout=20)
+        await handle.cancel()
+        with pytest.raises(WorkflowFailureError) as failure:
+            await asyncio.wait_for(handle.result(), timeout=20)
+    assert is_cancelled_exception(failure.value.cause)
+    [task] = substrate_tasks(substrate, fleet_child_id(input.mission_id, input.child.child_id))
+    assert task["state"] == "canceled"
+    assert not {"watch_workload"} & {name for name, _ in await activity_calls(handle)}

@@ -3,7 +3,7 @@
 One `AdmissionClient` per requester workflow: it submits batches, receives `admission_decided` signals, keeps every held lease alive with ONE timer
 loop that renews all of them at a third of the TTL, and releases or cancels.
 
-Since patch `LEAN_CLIENT`: a submit is a plain signal to the running singleton;
+A submit is a plain signal to the running singleton;
 only when that fails (the first requester of a host group, or the singleton was
 terminated) does it fall back to signal-with-start through an activity, which
 creates the singleton. And giving everything back never releases again what a
@@ -40,7 +40,6 @@ with workflow.unsafe.imports_passed_through():
     from workflows.admission.model import AdmissionRequest
 
 SUBMIT_ACTIVITY = "submit_admission_batch"
-LEAN_CLIENT = "admission-client-lean"
 
 
 class AdmissionClient:
@@ -111,7 +110,7 @@ class AdmissionClient:
         requests = list(requests)
         self._mine.update(request.request_id for request in requests)
         batch = SubmitBatch(requester=workflow.info().workflow_id, requests=requests)
-        if workflow.patched(LEAN_CLIENT) and await self._signal("submit", batch, expect_failure=True):
+        if await self._signal("submit", batch, expect_failure=True):
             return
         await workflow.execute_activity(
             SUBMIT_ACTIVITY,
@@ -167,8 +166,7 @@ class AdmissionClient:
         self._stopped = True
         live = ("admitted", "queued", None)
         confirm = confirm_within is not None
-        in_flight = self._giving_back if workflow.patched(LEAN_CLIENT) else set()
-        mine = self._mine - in_flight
+        mine = self._mine - self._giving_back  # a confirmed give-back in flight is not sent again
         await self.release((rid for rid in mine if self.state_of(rid) == "admitted"), confirm=confirm)
         await self.cancel((rid for rid in mine if self.state_of(rid) in (None, "queued")), confirm=confirm)
         if not confirm:

@@ -11,7 +11,7 @@ single timer until the engine's next wake-up (earliest lease expiry, queue
 deadline, or aging step that could enable preemption); any signal wakes it early.
 
 Every command costs history events, and events are what a busy singleton spends
-its time on. So (patch `LEAN_PASSES`) the timer stands across passes and is only
+its time on. So the timer stands across passes and is only
 replaced when the wake-up moves earlier (a timer that fires early just runs an
 empty pass), and at most one audit export is in flight: events produced while
 it runs wait and leave together in the next one.
@@ -60,7 +60,6 @@ with workflow.unsafe.imports_passed_through():
     from workflows.audit import AuditExport
 
 EXPORT_AUDIT_ACTIVITY = "export_audit_events"
-LEAN_PASSES = "admission-standing-timer-one-audit-export"
 MAX_EVENTS_PER_EXPORT = 500  # keeps one export's input far below the server's payload limit
 
 
@@ -85,7 +84,6 @@ class AdmissionWorkflow:
             self._recent = deque(carried.recent_audit, maxlen=input.recent_audit_events)
             self._audit_chain = carried.audit_chain
         self._pending: set[asyncio.Task[None]] = set()
-        self._lean = False  # decided in run(): patched() belongs to workflow code, not construction
         self._timer: asyncio.Task[None] | None = None
         self._timer_at: datetime | None = None
         self._timer_fired = False
@@ -175,7 +173,6 @@ class AdmissionWorkflow:
     @workflow.run
     async def run(self, input: AdmissionWorkflowInput) -> None:
         workflow.set_current_details(f"admission for host group {input.host_group}")
-        self._lean = workflow.patched(LEAN_PASSES)
         while True:
             await self._wait_for_work()
             self._decide()
@@ -191,26 +188,11 @@ class AdmissionWorkflow:
         if self._inbox or self._gone_requesters:
             return
         wake = engine.next_wakeup(self._state)
-        if self._lean:
-            if wake is not None and wake <= workflow.now():
-                return
-            self._timer_fired = False
-            self._arm_timer(wake)
-            await workflow.wait_condition(lambda: bool(self._inbox) or bool(self._gone_requesters) or self._timer_fired)
+        if wake is not None and wake <= workflow.now():
             return
-        timeout = None
-        if wake is not None:
-            timeout = wake - workflow.now()
-            if timeout <= timedelta(0):
-                return
-        try:
-            await workflow.wait_condition(
-                lambda: bool(self._inbox) or bool(self._gone_requesters),
-                timeout=timeout,
-                timeout_summary="next lease expiry, queue deadline or aging step",
-            )
-        except asyncio.TimeoutError:
-            pass
+        self._timer_fired = False
+        self._arm_timer(wake)
+        await workflow.wait_condition(lambda: bool(self._inbox) or bool(self._gone_requesters) or self._timer_fired)
 
     def _arm_timer(self, wake: datetime | None) -> None:
         """Make sure a timer fires no later than `wake`, replacing the standing one only if it is later."""
@@ -363,9 +345,7 @@ class AdmissionWorkflow:
             self._gone_requesters.add(requester)
 
     def _export_audit(self, events: list[AuditEvent]) -> None:
-        if not self._lean:
-            self._spawn(self._export(events))
-            return
+        """At most one export in flight: what happens meanwhile waits and leaves with the next."""
         self._audit_outbox.extend(events)
         if not self._exporting:
             self._exporting = True

@@ -14,8 +14,8 @@ itself closes only when no child is live, so long-lived children stay
 supervised, their leases renewed, until an operator sends `stop`.
 
 That can be days, and every lease renewal costs the history about twenty events,
-so runs patched with `CONTINUE_AS_NEW` hand over to a new run once the history is
-long, whenever only long-lived children are running. Those children are started
+so the mission hands over to a new run (continue-as-new) once the history is long,
+whenever only long-lived children are running. Those children are started
 ABANDON and report everything by signal, their last observation included, so they
 outlive the run that started them and the current run hears their end. The new run
 takes the ledger, the children's bookkeeping and the admission requests along
@@ -33,6 +33,8 @@ from temporalio import workflow
 from temporalio.common import RetryPolicy
 from temporalio.exceptions import is_cancelled_exception
 from temporalio.workflow import ChildWorkflowCancellationType, ParentClosePolicy
+
+from workflows.cancellation import raise_if_cancel_requested
 
 with workflow.unsafe.imports_passed_through():
     from workflows.admission.client import AdmissionClient
@@ -60,16 +62,6 @@ with workflow.unsafe.imports_passed_through():
     from workflows.workload.messages import LIST_TARGETS, WORKLOAD_WORKFLOW, TargetList, WorkloadInput, WorkloadResult
 
 
-WAKE_FROM_PASS_START = "mission-wake-from-pass-start"
-# Lean runs: targets are listed with a local activity (one marker event, no round trip through
-# the server), and snapshots are written by one background writer, so a pass never waits for a
-# write. A write in flight holds back only the next one, which then takes the latest ledger.
-LEAN = "mission-lean"
-# Runs that may continue-as-new: a mission supervising daemons renews their leases for as long
-# as they live (about 20 events a renewal), so it hands over to a new run once its history is
-# long. Long-lived children are therefore started ABANDON (they outlive the run that started
-# them) and report everything by signal, their end included; see WorkloadInput.
-CONTINUE_AS_NEW = "mission-continue-as-new"
 # How long a stopped child an earlier run started may stay silent before the mission asks the
 # server whether its workflow still runs (one that was terminated will never answer).
 SILENCE_BEFORE_ASKING = timedelta(seconds=10)
@@ -95,8 +87,6 @@ class MissionWorkflow:
         self._wake = 0
         self._written_seq = -1
         self._writing = False
-        self._lean = False  # decided at the start of run(): patched() belongs to workflow code
-        self._can = False
         self._shown_state: str | None = None
         if input.carried is not None:
             self._take_over(input.carried)
@@ -149,8 +139,6 @@ class MissionWorkflow:
 
     @workflow.run
     async def run(self, input: MissionInput) -> MissionLedger:
-        self._lean = workflow.patched(LEAN)
-        self._can = self._lean and workflow.patched(CONTINUE_AS_NEW)
         try:
             if input.carried is None:
                 await self._plan()
@@ -173,8 +161,8 @@ class MissionWorkflow:
 
     async def _plan(self) -> None:
         self._details("planning: listing executor targets")
-        list_targets = workflow.execute_local_activity if self._lean else workflow.execute_activity
-        targets: TargetList = await list_targets(
+        # A local activity: one marker event, no round trip through the server.
+        targets: TargetList = await workflow.execute_local_activity(
             LIST_TARGETS,
             result_type=TargetList,
             start_to_close_timeout=timedelta(seconds=30),
@@ -229,11 +217,11 @@ class MissionWorkflow:
                 return
             # Anything that arrived while this pass awaited (an observation during a snapshot,
             # a child ending during a start) must wake the next pass at once: compare with what
-            # the pass started from. Runs recorded before this fix compared with the end state.
-            seen = at_start if workflow.patched(WAKE_FROM_PASS_START) else (self._wake, self._admission.version)
+            # the pass started from, not with what it ended with.
+            raise_if_cancel_requested()  # one that a completed operation swallowed
             try:
                 await workflow.wait_condition(
-                    lambda: (self._wake, self._admission.version) != seen,
+                    lambda: (self._wake, self._admission.version) != at_start,
                     timeout=self._next_lease_deadline(),
                     timeout_summary="next lease expiry",
                 )
@@ -252,8 +240,7 @@ class MissionWorkflow:
         (they report by signal, whichever run is current)."""
         info = workflow.info()
         return (
-            self._can
-            and not self._stop_requested
+            not self._stop_requested
             and (info.is_continue_as_new_suggested() or info.get_current_history_length() >= self._input.max_history_events)
             and workflow.all_handlers_finished()
             and not self._waiting()
@@ -359,8 +346,9 @@ class MissionWorkflow:
         child = self._child_specs[child_id]
         target = self._assignments[child_id]
         # Long-lived children outlive this run when it continues as new: ABANDON, not cancelled
-        # with it; they report by signal and stop themselves if the mission is ever gone.
-        outlives_run = self._can and child.long_lived
+        # with it; they report by signal, their end included (see WorkloadInput), and stop
+        # themselves if the mission is ever gone.
+        outlives_run = child.long_lived
         return await workflow.start_child_workflow(
             WORKLOAD_WORKFLOW,
             WorkloadInput(
@@ -384,8 +372,8 @@ class MissionWorkflow:
     async def _follow_child(self, child_id: str, handle: workflow.ChildWorkflowHandle) -> None:
         try:
             result: WorkloadResult = await handle
-            # A workload's last observation travels in its result (older runs also signalled it:
-            # folding the same revision twice changes nothing).
+            # A workload's last observation travels in its result (a long-lived one signals it
+            # too: folding the same revision twice changes nothing).
             self._observations.append(result.observation)
         except Exception as error:  # a failed or cancelled child is reported by its observations
             if not is_cancelled_exception(error):
@@ -459,9 +447,6 @@ class MissionWorkflow:
         """Children this run started end with their handle. One an earlier run started ends
         with its last observation, unless its workflow was terminated or failed first: after a
         silence, ask the server, and record the ones that are gone as `unknown` (fail closed)."""
-        if not self._can:  # every child has a handle
-            await workflow.wait_condition(lambda: not self._running)
-            return
         while True:
             try:
                 await workflow.wait_condition(
@@ -496,12 +481,11 @@ class MissionWorkflow:
     # --- what operators see -----------------------------------------------------------------
 
     async def _snapshot(self, *, flush: bool = False) -> None:
-        """Write the ledger if it changed: awaited in older runs; in lean runs handed to the
-        background writer, or, when `flush` (the last snapshot, at closing), written at once
+        """Write the ledger if it changed: handed to the one background writer, so a pass never
+        waits for a write (a write in flight holds back only the next one, which then takes the
+        latest ledger); or, when `flush` (before closing or continuing as new), written at once
         after any write in flight, as a local activity: nothing else is left to run by then."""
-        if not self._lean:
-            await self._write_changed_ledger()
-        elif flush:
+        if flush:
             await workflow.wait_condition(lambda: not self._writing)
             await self._write_changed_ledger(local=True)
         elif not self._writing and self._ledger.snapshot_seq != self._written_seq:
@@ -519,14 +503,15 @@ class MissionWorkflow:
         if self._ledger.snapshot_seq == self._written_seq:
             return
         ledger = self._ledger
-        write = workflow.execute_local_activity if local else workflow.execute_activity
-        await write(
-            WRITE_LEDGER_SNAPSHOT_ACTIVITY,
-            ledger,
-            result_type=SnapshotRef,
-            start_to_close_timeout=timedelta(seconds=30),
-            summary=f"ledger snapshot {ledger.snapshot_seq} ({ledger.parent_state})",
-        )
+        timeout, summary = timedelta(seconds=30), f"ledger snapshot {ledger.snapshot_seq} ({ledger.parent_state})"
+        if local:
+            await workflow.execute_local_activity(
+                WRITE_LEDGER_SNAPSHOT_ACTIVITY, ledger, result_type=SnapshotRef, start_to_close_timeout=timeout, summary=summary,
+            )
+        else:
+            await workflow.execute_activity(
+                WRITE_LEDGER_SNAPSHOT_ACTIVITY, ledger, result_type=SnapshotRef, start_to_close_timeout=timeout, summary=summary,
+            )
         self._written_seq = ledger.snapshot_seq
 
     def _publish(self) -> None:

@@ -177,7 +177,7 @@ class DispatchAndRead(_Message):
 
 class Dispatched(_Message):
     task: TaskView  # as accepted (or rejected) by the executor
-    record: WorkloadRecord | None = None  # read after an accepted dispatch
+    record: WorkloadRecord  # read right after the dispatch
     output: TaskView | None = None  # the task again, with its text, if the record names a result
 
 
@@ -198,6 +198,7 @@ class Refusal(_Message):
 class AdmittedAndDispatched(_Message):
     admitted: Admitted
     dispatched: Dispatched | None = None  # None: the record names a task already, or has ended, or refused
+    # Refused for good (an error no retry fixes), or a task the executor rejected (`executor.task_rejected`).
     dispatch_refused: Refusal | None = None
 
 

@@ -1,25 +1,23 @@
 """WorkloadWorkflow: one child workload from admission on the fleet to its last observation.
 
-Steps: build the Fleet Workload v1 record from the input; admit it (an identical replay
-returns the current record); dispatch the task through A2A unless the record already names
-one (re-adopt: a restarted or repeated workflow never starts a second task); bind the task
-with a compare-and-swap observation; then follow the record's revisions with one
-heartbeating watch activity at a time, signalling every new revision to the parent
-workflow (`OBSERVATION_SIGNAL`, a `ChildObservation`).
+Steps: build the Fleet Workload v1 record from the input; admit it and dispatch its task in
+one call (`admit_and_dispatch`: an identical replay returns the current record, and a record
+that already names a task is re-adopted, so a restarted or repeated workflow never starts a
+second task); bind the task with a compare-and-swap observation unless the executor already
+did; then follow the record's revisions with one heartbeating watch activity at a time,
+signalling every new revision to the parent workflow (`OBSERVATION_SIGNAL`, a
+`ChildObservation`).
 
-Lean runs (patch `LEAN`; older runs replay their old path), because a mission fans
-out hundreds of these and every event, task and call counts:
+A mission fans out hundreds of these, so every event, task and call counts
+(`docs/workflow-costs.md`):
 - the short fleet and executor calls are local activities: one marker event each, and
   consecutive calls can complete inside one workflow task;
 - the admitted record is not reported on its own (the bound one follows within moments),
   and the last observation of a workload that ends normally travels in its result, which
   the parent folds like a signalled one: a signal and a workflow task less on each side;
-- the dispatch reads the record back in the same call: the executor binds the task itself
-  when it accepts it, so the compare-and-swap write is only needed when it did not, and a
-  short task that has already ended brings its result's text along.
-- (patch `ONE_CALL_START`) admission and dispatch are one call, `admit_and_dispatch`, which
-  dispatches only when the admitted record names no task yet: a quick one-shot command is
-  one local activity and one workflow task from start to end.
+- the dispatch reads the record back in the same call, and a one-shot command is read on
+  for up to a second, so a quick command is one local activity and one workflow task from
+  start to end.
 
 It ends when the record is terminal (`succeeded`, `failed`, `cancelled`, `timed-out`) or
 needs an operator (`unknown`, `operator-review-required`). Long-lived kinds (daemon,
@@ -44,26 +42,22 @@ from temporalio import workflow
 from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError, is_cancelled_exception
 
+from workflows.cancellation import raise_if_cancel_requested
+
 with workflow.unsafe.imports_passed_through():
     from workflows.contract import ContractError, WorkloadRecord, WorkloadStatus
     from workflows.mission.observation import ALIVE_SIGNAL, OBSERVATION_SIGNAL, ChildObservation
     from workflows.workload.messages import (
         ADMIT_AND_DISPATCH,
-        ADMIT_WORKLOAD,
         CANCEL_TASK,
-        DISPATCH_AND_READ,
-        DISPATCH_TASK,
         GET_TASK,
         GET_WORKLOAD,
         OBSERVE_WORKLOAD,
         WATCH_WORKLOAD,
         WORKLOAD_WORKFLOW,
         AdmitAndDispatch,
-        Admitted,
         AdmittedAndDispatched,
-        AdmitWorkload,
         DispatchAndRead,
-        Dispatched,
         DispatchTask,
         Observed,
         ObserveWorkload,
@@ -94,8 +88,6 @@ CALL_TIMEOUT = timedelta(seconds=30)
 CALL_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), backoff_coefficient=2, maximum_interval=timedelta(seconds=30))
 MAX_CAS_ATTEMPTS = 10
 ONE_SHOT_WAIT_FOR_END = timedelta(seconds=1)
-LEAN = "workload-lean"
-ONE_CALL_START = "workload-admit-and-dispatch"
 
 # A new status to write and the identity to bind with it; None: nothing to write any more.
 Change = tuple[WorkloadStatus, RuntimeIdentityUpdate | None] | None
@@ -144,8 +136,6 @@ class WorkloadWorkflow:
         self._output_sha256: str | None = carried.output_sha256 if carried else None
         self._note: str | None = None
         self._last: ChildObservation | None = None
-        self._lean = False  # decided at the start of run(): patched() belongs to workflow code
-        self._one_call_start = False
         self._mission_gone: str | None = None  # why the mission can no longer be signalled
 
     @workflow.query
@@ -155,8 +145,6 @@ class WorkloadWorkflow:
 
     @workflow.run
     async def run(self, input: WorkloadInput) -> WorkloadResult:
-        self._lean = workflow.patched(LEAN)
-        self._one_call_start = self._lean and workflow.patched(ONE_CALL_START)
         record: WorkloadRecord | None = input.carried.record if input.carried else None
         try:
             if record is None:
@@ -185,12 +173,9 @@ class WorkloadWorkflow:
 
     # --- admission and dispatch -----------------------------------------------------------
 
-    async def _admit(self) -> tuple[WorkloadRecord, AdmittedAndDispatched | None] | ChildObservation:
-        """Admit the record; a refusal is reported as a failed observation at revision 0.
-
-        In runs patched with `ONE_CALL_START` the same call (`admit_and_dispatch`) dispatches too,
-        and what it found goes on to `_start`: a local activity and a workflow activation less.
-        """
+    async def _admit(self) -> tuple[WorkloadRecord, AdmittedAndDispatched] | ChildObservation:
+        """Admit the record and dispatch in one call; a refused admission is reported as a
+        failed observation at revision 0."""
         try:
             record = build_record(self._input, workflow.now())
         except ContractError as error:
@@ -199,14 +184,9 @@ class WorkloadWorkflow:
                 type="workload.invalid_input",
                 non_retryable=True,
             ) from None
-        started: AdmittedAndDispatched | None = None
         try:
-            if self._one_call_start:
-                request = AdmitAndDispatch(record=record, dispatch=self._dispatch_and_read())
-                started = await self._call(ADMIT_AND_DISPATCH, request, AdmittedAndDispatched)
-                admitted = started.admitted
-            else:
-                admitted = await self._call(ADMIT_WORKLOAD, AdmitWorkload(record=record), Admitted)
+            request = AdmitAndDispatch(record=record, dispatch=self._dispatch_and_read())
+            started = await self._call(ADMIT_AND_DISPATCH, request, AdmittedAndDispatched)
         except CALL_FAILED as error:
             refusal = _refusal(error)
             if refusal is None:
@@ -224,72 +204,45 @@ class WorkloadWorkflow:
             )
             await self._send(observation)
             return observation
-        if admitted.replayed:
-            workflow.logger.info("workload %s was admitted before (revision %d)", self._child_id, admitted.record.status.revision)
-        return admitted.record, started
-
-    def _dispatch(self) -> DispatchTask:
-        return DispatchTask(instance_id=self._input.target_id, dispatch=build_dispatch(self._input))
+        if started.admitted.replayed:
+            revision = started.admitted.record.status.revision
+            workflow.logger.info("workload %s was admitted before (revision %d)", self._child_id, revision)
+        return started.admitted.record, started
 
     def _dispatch_and_read(self) -> DispatchAndRead:
         # A one-shot command often ends within moments: read on until it does (up to a second)
         # rather than follow it with a watch. Other kinds run on; their first state is news.
         wait = timedelta(0) if self._input.child.long_lived else ONE_SHOT_WAIT_FOR_END
         return DispatchAndRead(
-            dispatch=self._dispatch(),
+            dispatch=DispatchTask(instance_id=self._input.target_id, dispatch=build_dispatch(self._input)),
             child_id=self._fleet_id,
             max_output_chars=self._input.max_output_chars,
             wait_for_end_seconds=wait.total_seconds(),
         )
 
-    async def _start(self, record: WorkloadRecord, started: AdmittedAndDispatched | None) -> WorkloadRecord:
-        """Dispatch and bind the task, or re-adopt the one the record already names.
-
-        `started` is what `admit_and_dispatch` already did (patch `ONE_CALL_START`), else None.
-        """
-        if not self._lean:
-            await self._report(record)
+    async def _start(self, record: WorkloadRecord, started: AdmittedAndDispatched) -> WorkloadRecord:
+        """Bind the task `admit_and_dispatch` dispatched, or re-adopt the one the record already names."""
         if record.lineage.task_id is not None:
             self._task_id = record.lineage.task_id
             workflow.logger.info("re-adopting task %s of %s: not dispatching again", self._task_id, self._child_id)
             return record
         if finished(record):
             return record
-        if started is not None:
-            dispatched, refusal = started.dispatched, started.dispatch_refused
-        else:
-            dispatched, refusal = await self._send_task()
-        if refusal is not None:
+        if started.dispatch_refused is not None:
+            refusal = started.dispatch_refused
             return await self._fail(record, refusal.type or "executor.rejected", f"dispatch refused: {refusal.message}")
+        dispatched = started.dispatched
         assert dispatched is not None  # admit_and_dispatch dispatches whenever the checks above pass
-        task = dispatched.task
-        if task.state == "rejected":
-            current = await self._get()
-            if current.lineage.task_id is not None:
-                self._task_id = current.lineage.task_id
-                return current
-            reason = task.status_text or "the executor rejected the task"
-            return await self._fail(current, "executor.task_rejected", f"dispatch rejected: {reason}")
+        # Read right after the dispatch: usually bound by the executor already (nothing left to
+        # write), and a short task may have ended too, its text read in the same call.
+        task, record = dispatched.task, dispatched.record
+        if task.state == "rejected":  # another dispatch bound the record meanwhile: adopt its task
+            self._task_id = record.lineage.task_id
+            return record
         self._task_id = task.task_id
-        if dispatched.record is not None:
-            # Read right after the dispatch: usually bound by the executor already (nothing left to
-            # write), and a short task may have ended too, its text read in the same call.
-            record = dispatched.record
-            if dispatched.output is not None:
-                self._output, self._output_sha256 = dispatched.output.output, result_artifact_sha256(record)
+        if dispatched.output is not None:
+            self._output, self._output_sha256 = dispatched.output.output, result_artifact_sha256(record)
         return await self._bind(record, task)
-
-    async def _send_task(self) -> tuple[Dispatched | None, ApplicationError | None]:
-        """Dispatch (reading back in the same call in lean runs); or the refusal no retry can fix."""
-        try:
-            if self._lean:
-                return await self._call(DISPATCH_AND_READ, self._dispatch_and_read(), Dispatched), None
-            return Dispatched(task=await self._call(DISPATCH_TASK, self._dispatch(), TaskView)), None
-        except CALL_FAILED as error:
-            refusal = _refusal(error)
-            if refusal is None:
-                raise
-            return None, refusal
 
     async def _bind(self, record: WorkloadRecord, task: TaskView) -> WorkloadRecord:
         """Bind the task (and a persistent agent's session) to the record; the executor may have already."""
@@ -364,7 +317,7 @@ class WorkloadWorkflow:
         while True:
             if by_signal and record.status.revision <= self._reported:
                 await self._signal_parent(ALIVE_SIGNAL, self._child_id)  # a quiet watch: show we are here
-            await self._report(record, in_result=self._lean and finished(record) and not by_signal)
+            await self._report(record, in_result=finished(record) and not by_signal)
             if self._mission_gone is not None:
                 await _shielded(self._stop())
                 raise ApplicationError(
@@ -374,6 +327,7 @@ class WorkloadWorkflow:
                 )
             if finished(record):
                 return record
+            raise_if_cancel_requested()  # one that a completed call swallowed: never watch on
             if self._history_is_long():
                 await workflow.wait_condition(workflow.all_handlers_finished)
                 workflow.continue_as_new(self._carry(record))
@@ -451,7 +405,10 @@ class WorkloadWorkflow:
     # --- cancellation ---------------------------------------------------------------------
 
     async def _stop(self) -> None:
-        """Cancel the runtime task and report how the workload ended (runs shielded)."""
+        """Cancel the runtime task and report how the workload ended (runs shielded).
+
+        No call of this run is in flight any more (each waits for its cancellation to complete),
+        so the record read first names every task this workload was given."""
         try:
             record = await self._get()
         except CALL_FAILED as error:
@@ -459,22 +416,22 @@ class WorkloadWorkflow:
             return
         try:
             task_id = record.lineage.task_id or self._task_id
-            if task_id is None and not finished(record):
-                record = await self._compare_and_swap(record, self._cancelled_change)
-                task_id = record.lineage.task_id  # bound meanwhile: cancel that task
+            stopped = task_id is None  # never dispatched: nothing runs
             if task_id is not None:
                 self._task_id = task_id
                 view = await self._call(CANCEL_TASK, TaskRef(instance_id=self._input.target_id, task_id=task_id, max_output_chars=0), TaskView)
                 record = await self._get()
-                if view.state == "canceled" and not finished(record):
-                    record = await self._compare_and_swap(record, self._cancelled_change)
+                stopped = view.state == "canceled"  # else it had ended on its own: its record says how
+            if stopped and not finished(record):
+                # Never dispatched, or cancelled by an executor that leaves the record to its orchestrator.
+                record = await self._compare_and_swap(record, self._cancelled_change)
         except CALL_FAILED as error:
             workflow.logger.warning("cancelling %s on the executor failed: %s", self._child_id, _cause(error))
         await self._report(record)
 
     def _cancelled_change(self, current: WorkloadRecord) -> Change:
-        if finished(current) or (current.lineage.task_id is not None and self._task_id is None):
-            return None
+        if finished(current) or current.lineage.task_id not in (None, self._task_id):
+            return None  # ended meanwhile, or bound to a task this run never saw: not ours to end
         fields: dict[str, Any] = {"observed_state": "cancelled", "exit_classification": "cancelled", "error_code": "conductor.cancelled"}
         if current.kind == "daemon":
             fields["health"] = "unhealthy"
@@ -486,15 +443,13 @@ class WorkloadWorkflow:
         return await self._call(GET_WORKLOAD, WorkloadRef(child_id=self._fleet_id), WorkloadRecord)
 
     async def _call(self, activity: str, argument: Any, result_type: type[T]) -> T:
-        """One short, idempotent fleet or executor call.
+        """One short, idempotent fleet or executor call, as a local activity.
 
-        A local activity in lean runs: it runs in this worker, its result is one marker event,
-        and consecutive calls can finish inside one workflow task, where a regular activity
-        costs three events, a task dispatch and a workflow task each. Retries and timeouts are
-        the same; the long watch stays a regular, heartbeating activity.
+        It runs in this worker, its result is one marker event, and consecutive calls can finish
+        inside one workflow task, where a regular activity costs three events, a task dispatch
+        and a workflow task each. The long watch stays a regular, heartbeating activity.
         """
-        call = workflow.execute_local_activity if self._lean else workflow.execute_activity
-        return await call(
+        return await workflow.execute_local_activity(
             activity,
             argument,
             result_type=result_type,
