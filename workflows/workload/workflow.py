@@ -151,7 +151,7 @@ class WorkloadWorkflow:
                 admitted = await self._admit()
                 if isinstance(admitted, ChildObservation):
                     return WorkloadResult(child_id=self._child_id, verdict="failed", observation=admitted)
-                record = await self._start(*admitted)
+                record = await self._start(admitted)
             record = await self._follow(record)
         except BaseException as error:
             if not is_cancelled_exception(error):
@@ -173,7 +173,7 @@ class WorkloadWorkflow:
 
     # --- admission and dispatch -----------------------------------------------------------
 
-    async def _admit(self) -> tuple[WorkloadRecord, AdmittedAndDispatched] | ChildObservation:
+    async def _admit(self) -> AdmittedAndDispatched | ChildObservation:
         """Admit the record and dispatch in one call; a refused admission is reported as a
         failed observation at revision 0."""
         try:
@@ -207,7 +207,7 @@ class WorkloadWorkflow:
         if started.admitted.replayed:
             revision = started.admitted.record.status.revision
             workflow.logger.info("workload %s was admitted before (revision %d)", self._child_id, revision)
-        return started.admitted.record, started
+        return started
 
     def _dispatch_and_read(self) -> DispatchAndRead:
         # A one-shot command often ends within moments: read on until it does (up to a second)
@@ -220,8 +220,9 @@ class WorkloadWorkflow:
             wait_for_end_seconds=wait.total_seconds(),
         )
 
-    async def _start(self, record: WorkloadRecord, started: AdmittedAndDispatched) -> WorkloadRecord:
+    async def _start(self, started: AdmittedAndDispatched) -> WorkloadRecord:
         """Bind the task `admit_and_dispatch` dispatched, or re-adopt the one the record already names."""
+        record = started.admitted.record
         if record.lineage.task_id is not None:
             self._task_id = record.lineage.task_id
             workflow.logger.info("re-adopting task %s of %s: not dispatching again", self._task_id, self._child_id)
