@@ -64,8 +64,18 @@ async def save_chain(client: Client, workflow_id: str, name: str, *, last_runs: 
     for index, execution in enumerate(runs[-last_runs:]):
         history = await client.get_workflow_handle(workflow_id, run_id=execution.run_id).fetch_history()
         suffix = "" if len(runs) == 1 else f"-run{len(runs) - min(last_runs, len(runs)) + index + 1}"
-        (HISTORIES / f"{name}{suffix}.json").write_text(json.dumps(json.loads(history.to_json()), indent=1) + "\n")
+        (HISTORIES / f"{name}{suffix}.json").write_text(json.dumps(without_stack_traces(json.loads(history.to_json())), indent=1) + "\n")
         print("recorded", name + suffix, len(history.events), "events")
+
+
+def without_stack_traces(value: object) -> object:
+    """The history with every failure's stack trace emptied: a trace names the recording
+    machine's files and plays no part in replay."""
+    if isinstance(value, dict):
+        return {key: "" if key == "stackTrace" else without_stack_traces(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [without_stack_traces(item) for item in value]
+    return value
 
 
 async def runs_of(client: Client, workflow_id: str) -> int:
