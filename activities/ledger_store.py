@@ -76,9 +76,9 @@ class ImmutableSnapshotError(RuntimeError):
     def __init__(self, mission_id: str, seq: int, stored_hash: str, new_hash: str) -> None:
         super().__init__(
             f"snapshot {seq} of mission {mission_id} is already stored with content hash {stored_hash}, "
-            f"and this write has hash {new_hash}: snapshots are immutable. A changed ledger needs a new "
-            f"snapshot_seq; the same seq with different content means the workflow is no longer "
-            f"deterministic (compare its history with the stored snapshot {seq})"
+            f"and this write has hash {new_hash}: snapshots are immutable. Either a mission ran under "
+            f"this mission_id before (start it again under a new mission_id), or the workflow is no "
+            f"longer deterministic (compare its history with the stored snapshot {seq})"
         )
         self.mission_id = mission_id
         self.seq = seq

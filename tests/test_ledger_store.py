@@ -131,7 +131,7 @@ def test_a_changed_snapshot_is_refused_and_the_stored_one_kept(store: SqliteLedg
     message = str(caught.value)
     seq = ledger.snapshot_seq
     assert f"snapshot {seq} of mission m-1 is already stored with content hash {ref.content_hash}" in message
-    assert content_hash(changed) in message and "needs a new snapshot_seq" in message
+    assert content_hash(changed) in message and "a mission ran under this mission_id before" in message
     assert store.get("m-1", ledger.snapshot_seq) == ledger
     # The changed ledger under the next number is simply a new snapshot.
     store.write(changed.model_copy(update={"snapshot_seq": ledger.snapshot_seq + 1}))

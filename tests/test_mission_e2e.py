@@ -3,15 +3,21 @@
 from __future__ import annotations
 
 import asyncio
+import json
+import os
+import signal
 
 import pytest
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError
+from temporalio.exceptions import is_cancelled_exception
+from temporalio.service import RPCError
 
 from activities.ledger_store import SqliteLedgerStore
-from tests.mission_harness import mission_harness, process_alive
+from tests.mission_harness import POLICY, mission_harness, process_alive
 from tests.substrate_fixtures import substrate, substrate_tasks  # noqa: F401  (fixture)
 from worker.cli import run as run_cli
 from worker.mission_control import parse_spec
+from workflows.workload.client import workload_workflow_id
 from workflows.workload.record import fleet_child_id
 
 
@@ -196,3 +202,100 @@ async def test_long_lived_children_stay_supervised_after_the_verdict_until_stop(
             tasks = substrate_tasks(substrate, fleet_child_id(spec.mission_id, cid))
             assert len(tasks) == 1 and not process_alive(tasks[0]["pid"])
         assert await h.admission_leases(spec.host_group) == []
+
+
+def daemon(child_id: str, prompt: str = "sleep 300", **fields: object) -> dict:
+    return {"child_id": child_id, "kind": "daemon", "prompt": prompt, **fields}
+
+
+async def _admission_state(h, mission_id: str, child_id: str) -> str | None:
+    return (await h.control.show(mission_id)).child(child_id).admission.state
+
+
+@pytest.mark.parametrize("how", ["stop", "cancel"])
+async def test_missions_stopped_while_a_child_waits_for_capacity_all_close(dev_client: Client, substrate, tmp_path, how):
+    """Issue: fill the host group, queue a third mission's child, then stop (or cancel) the first
+    mission and the third. The freed slot admits the queued child just as its mission stops: it
+    must be stopped, never left running with its mission waiting on it."""
+    policy = POLICY.model_copy(update={"max_concurrent": 2, "runtime_quotas": {"host": 2}})
+    async with mission_harness(dev_client, substrate, tmp_path, policy=policy) as h:
+        holders = [parse_spec(h.spec(f"holder-{i}", [daemon("api")])) for i in (1, 2)]
+        for spec in holders:
+            await h.control.run(spec)
+        waiter = parse_spec(h.spec("waiter", [one_shot("later", "sleep 300")]))
+        await h.control.start(waiter)
+        await h.until(lambda: _is_queued(h, waiter.mission_id), "the third mission's child queued")
+
+        await getattr(h.control, how)(holders[0].mission_id)
+        # The freed slot admits the waiting child; stop its mission the moment its workload
+        # starts, while the workload's first call (admit and dispatch, reading on for up to a
+        # second) is still in flight.
+        later_workflow = dev_client.get_workflow_handle(workload_workflow_id(waiter.mission_id, "later"))
+        await h.until(lambda: _exists(later_workflow), "the admitted child's workload started")
+        await getattr(h.control, how)(waiter.mission_id)
+        for spec in (holders[0], waiter):
+            try:
+                await asyncio.wait_for(h.control.handle(spec.mission_id).result(), timeout=45)
+            except WorkflowFailureError as error:
+                assert how == "cancel" and is_cancelled_exception(error.cause)
+        later = (await h.control.show(waiter.mission_id)).child("later")
+        assert later.observed_state == "cancelled", later
+        for spec, child_id in ((holders[0], "api"), (waiter, "later")):
+            for task in substrate_tasks(substrate, fleet_child_id(spec.mission_id, child_id)):
+                assert not process_alive(task["pid"]), f"{spec.mission_id}/{child_id} outlived its mission"
+        assert await h.admission_leases(waiter.host_group) == [fleet_child_id(holders[1].mission_id, "api")]
+        await h.control.stop(holders[1].mission_id)
+        await asyncio.wait_for(h.control.handle(holders[1].mission_id).result(), timeout=45)
+
+
+async def _exists(handle) -> bool:
+    try:
+        await handle.describe()
+    except RPCError:
+        return False
+    return True
+
+
+async def _is_queued(h, mission_id: str) -> bool:
+    return await _admission_state(h, mission_id, "later") == "queued"
+
+
+async def test_a_child_workflow_that_ends_without_a_last_observation_is_unknown_and_the_mission_closes(
+    dev_client: Client, substrate, tmp_path
+):
+    """Issue: a child workflow that fails (here: an operator terminates it) without reporting its
+    end must not leave its mission waiting: the ledger records it `unknown`, failing closed."""
+    async with mission_harness(dev_client, substrate, tmp_path) as h:
+        spec = parse_spec(h.spec("terminated-child", [one_shot("stuck", "sleep 300"), one_shot("fine", "echo fine")]))
+        await h.control.start(spec)
+        await h.until(lambda: _children_running(h, spec.mission_id, "stuck"), "the stuck child running")
+        await dev_client.get_workflow_handle(workload_workflow_id(spec.mission_id, "stuck")).terminate("operator")
+        final = await asyncio.wait_for(h.control.handle(spec.mission_id).result(), timeout=45)
+        stuck = final.child("stuck")
+        assert stuck.observed_state == "unknown" and "without a last observation" in (stuck.note or "")
+        assert "terminated" in (stuck.note or "").lower()
+        assert final.parent_state == "operator-review-required"
+        assert await h.admission_leases(spec.host_group) == []
+        for task in substrate_tasks(substrate, fleet_child_id(spec.mission_id, "stuck")):  # nobody supervised it any more
+            if process_alive(task["pid"]):
+                os.kill(task["pid"], signal.SIGKILL)
+
+
+async def test_a_mission_id_that_ran_before_is_refused_in_one_line(dev_client: Client, substrate, tmp_path, monkeypatch, capsys):
+    """Issue: a spec run again under a used mission id left its children pending for good (the
+    admission workflow answered with the first run's decisions). A mission id names one mission."""
+    async with mission_harness(dev_client, substrate, tmp_path) as h:
+        for key, value in h.cli_env().items():
+            monkeypatch.setenv(key, value)
+        spec = h.spec("once", [one_shot("only", "echo once")])
+        ledger = await h.control.run(parse_spec(spec))
+        await h.control.handle(spec["mission_id"]).result()
+        path = tmp_path / "spec.json"
+        path.write_text(json.dumps(spec))
+        capsys.readouterr()
+        code = await asyncio.to_thread(run_cli, ["mission", "run", str(path)])
+        err = capsys.readouterr().err
+        assert code == 2 and err.count("\n") == 1 and f"mission {spec['mission_id']} was run before" in err
+        assert "completed" in err and "new mission_id" in err
+        final = await h.control.handle(spec["mission_id"]).result()  # the first mission, untouched
+        assert final.parent_state == ledger.parent_state == "completed"

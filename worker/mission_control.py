@@ -7,8 +7,9 @@ from collections.abc import Awaitable, Callable
 
 from pydantic import ValidationError
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle, WorkflowUpdateFailedError
+from temporalio.common import SearchAttributePair, TypedSearchAttributes, WorkflowIDReusePolicy
+from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError
-from temporalio.common import SearchAttributePair, TypedSearchAttributes
 
 from workflows.mission.aggregation import is_final
 from workflows.mission.ledger import MissionLedger
@@ -27,6 +28,11 @@ class MissionSpecError(ValueError):
 
 class ReviewRefused(RuntimeError):
     pass
+
+
+class MissionIdUsed(ValueError):
+    """A mission id that a mission already ran under: its ledger, fleet records and admission
+    requests all carry that id, so a second mission under it would be mistaken for the first."""
 
 
 def parse_spec(data: object) -> MissionSpec:
@@ -60,16 +66,33 @@ class MissionControl:
                 SearchAttributePair(MISSION_HOST_GROUP, spec.host_group),
                 SearchAttributePair(MISSION_ORCHESTRATOR, spec.orchestrator_id),
             ])
-        await self._client.start_workflow(
-            MISSION_WORKFLOW,
-            MissionInput(spec=spec, search_attributes=self._search_attributes, **input_options),  # type: ignore[arg-type]
-            id=mission_workflow_id(spec.mission_id),
-            task_queue=self._task_queue,
-            search_attributes=attributes,
-            memo={"goal": spec.goal},
-            static_summary=f"mission {spec.mission_id}: {spec.goal}",
-        )
+        try:
+            await self._client.start_workflow(
+                MISSION_WORKFLOW,
+                MissionInput(spec=spec, search_attributes=self._search_attributes, **input_options),  # type: ignore[arg-type]
+                id=mission_workflow_id(spec.mission_id),
+                task_queue=self._task_queue,
+                search_attributes=attributes,
+                memo={"goal": spec.goal},
+                static_summary=f"mission {spec.mission_id}: {spec.goal}",
+                # A mission id names one mission for good (ledger, fleet records, admission requests).
+                id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
+            )
+        except WorkflowAlreadyStartedError:
+            raise MissionIdUsed(await self._used_before(spec.mission_id)) from None
         return spec.mission_id
+
+    async def _used_before(self, mission_id: str) -> str:
+        workflow_id = mission_workflow_id(mission_id)
+        try:
+            description = await self._client.get_workflow_handle(workflow_id).describe()
+            how = f"{description.status.name.lower() if description.status else 'unknown'}, started {description.start_time:%Y-%m-%d %H:%M:%S} UTC"
+        except RPCError:
+            how = "closed"
+        return (
+            f"mission {mission_id} was run before (workflow {workflow_id}, {how}); "
+            "a mission id names one mission: give the spec a new mission_id"
+        )
 
     async def wait_for_verdict(self, mission_id: str) -> MissionLedger:
         """The ledger once the verdict settles; for a mission already closed, its final ledger."""

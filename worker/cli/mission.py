@@ -12,7 +12,7 @@ from pathlib import Path
 from worker.config import WorkerConfig
 from worker.connection import connect
 from worker.ledger_view import render_ledger, render_progress
-from worker.mission_control import MissionControl, MissionSpecError, ReviewRefused, parse_spec
+from worker.mission_control import MissionControl, MissionIdUsed, MissionSpecError, ReviewRefused, parse_spec
 from workflows.mission.ledger import MissionLedger
 
 
@@ -59,9 +59,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def _run(coroutine) -> int:
     try:
         return asyncio.run(coroutine)
-    except (MissionSpecError, ReviewRefused, ConnectionError) as error:
+    except (MissionSpecError, MissionIdUsed, ReviewRefused, ConnectionError) as error:
         print(f"conductor: {error}", file=sys.stderr)
-        return 2 if isinstance(error, MissionSpecError) else 1
+        return 2 if isinstance(error, (MissionSpecError, MissionIdUsed)) else 1
 
 
 def _load_spec(path: Path):

@@ -300,7 +300,9 @@ def apply_admission(
             update |= {"observed_state": "admitted", "backpressure": None}
         elif admission.state == "timed-out":
             update |= {"observed_state": "timed-out", "backpressure": None}
-        elif admission.state in ("cancelled", "preempted"):
+        elif admission.state in ("cancelled", "preempted", "released"):
+            # Given back before it ran (released: by this mission at closing, or an ended request
+            # of an earlier mission under the same id): it never runs now.
             update |= {"observed_state": "cancelled", "backpressure": None}
     return _commit(ledger, _replace_child(ledger, _refresh(child.model_copy(update=update))))
 

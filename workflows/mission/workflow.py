@@ -67,6 +67,15 @@ with workflow.unsafe.imports_passed_through():
 SILENCE_BEFORE_ASKING = timedelta(seconds=10)
 
 
+def _failure_text(error: BaseException) -> str:
+    """A child workflow's failure, down to its cause (`ChildWorkflowError` only says that it failed)."""
+    parts = []
+    while error is not None and len(parts) < 3:
+        parts.append(getattr(error, "message", None) or str(error) or type(error).__name__)
+        error = error.__cause__ or getattr(error, "cause", None)
+    return ": ".join(parts)[:500]
+
+
 @workflow.defn(name="MissionWorkflow")
 class MissionWorkflow:
     @workflow.init
@@ -324,6 +333,8 @@ class MissionWorkflow:
         await self._release_ended()
 
     async def _start_admitted(self) -> None:
+        if self._stop_requested:
+            return  # stopping: what was admitted is given back, never started
         room = self._input.max_children_in_flight - len(self._running)
         ready = [
             child for child in self._spec.children
@@ -334,12 +345,22 @@ class MissionWorkflow:
         ][: max(0, room)]
         if not ready:
             return
-        handles = await asyncio.gather(*(self._start_child(child.child_id) for child in ready))
-        for child, handle in zip(ready, handles):
-            self._started.add(child.child_id)
-            self._followed.add(child.child_id)
-            self._running.add(child.child_id)
-            asyncio.ensure_future(self._follow_child(child.child_id, handle))
+        # The starts run on in a task of their own when the mission is cancelled meanwhile: a
+        # child whose start was already sent runs, so it must be known (and stopped at closing).
+        starts = asyncio.ensure_future(self._start_children([child.child_id for child in ready]))
+        try:
+            await asyncio.shield(starts)
+        except asyncio.CancelledError:
+            await workflow.wait_condition(starts.done)
+            raise
+
+    async def _start_children(self, child_ids: list[str]) -> None:
+        handles = await asyncio.gather(*(self._start_child(child_id) for child_id in child_ids))
+        for child_id, handle in zip(child_ids, handles):
+            self._started.add(child_id)
+            self._followed.add(child_id)
+            self._running.add(child_id)
+            asyncio.ensure_future(self._follow_child(child_id, handle))
 
     async def _start_child(self, child_id: str) -> workflow.ChildWorkflowHandle:
         spec = self._spec
@@ -370,6 +391,7 @@ class MissionWorkflow:
         )
 
     async def _follow_child(self, child_id: str, handle: workflow.ChildWorkflowHandle) -> None:
+        ending = "ended without a last observation"
         try:
             result: WorkloadResult = await handle
             # A workload's last observation travels in its result (a long-lived one signals it
@@ -378,10 +400,16 @@ class MissionWorkflow:
         except Exception as error:  # a failed or cancelled child is reported by its observations
             if not is_cancelled_exception(error):
                 workflow.logger.warning("workload %s ended with %s", child_id, error)
+                ending = f"failed without a last observation ({_failure_text(error)})"
         finally:
             self._running.discard(child_id)
             self._ended.add(child_id)
             self._wake += 1
+        # Whatever ended it (a failure, a terminate, a cancellation that could not report), the
+        # ledger must not wait for the child: without a last word it is `unknown`, failing closed.
+        self._fold_observations()
+        if not ends_workload(self._ledger.child(child_id).observed_state):
+            self._record_unknown(child_id, f"the workload {ending}: check its runtime task")
 
     async def _cancel_children(self, child_ids: list[str], why: str) -> None:
         started = [cid for cid in child_ids if cid in self._running]
@@ -465,18 +493,19 @@ class MissionWorkflow:
             )
             for workflow_id, child_id in ids.items():
                 if workflow_id not in running.ids:
-                    self._record_vanished(child_id)
+                    self._record_unknown(
+                        child_id, "the workload ended without a last observation (terminated or failed): check its runtime task",
+                    )
+                    self._running.discard(child_id)
+                    self._ended.add(child_id)
 
-    def _record_vanished(self, child_id: str) -> None:
+    def _record_unknown(self, child_id: str, note: str) -> None:
         child = self._ledger.child(child_id)
-        workflow.logger.warning("workload %s ended without a last observation", child_id)
+        workflow.logger.warning("workload %s: %s", child_id, note)
         self._ledger = aggregation.apply_observation(self._ledger, self._spec, ChildObservation(
             child_id=child_id, kind=child.kind, revision=(child.revision or 0) + 1, observed_state="unknown",
-            observed_at=workflow.now(), lineage=child.lineage,
-            note="the workload ended without a last observation (terminated or failed): check its runtime task",
+            observed_at=workflow.now(), lineage=child.lineage, note=note,
         ))
-        self._running.discard(child_id)
-        self._ended.add(child_id)
 
     # --- what operators see -----------------------------------------------------------------
 
