@@ -1,0 +1,976 @@
+"""Chaos: missions through the whole stack, every part a separate process, while the suite breaks them.
+
+    .venv/bin/python bench/chaos.py [--scenario NAME[,NAME...]] [--missions N] [--children K] [--seed S]
+                                    [--quick] [--scratch DIR] [--keep]
+
+Each scenario gets a stack of its own on loopback, all of it separate processes: the Temporal dev
+server (`temporal server start-dev`, SQLite file, so it survives a restart), the substrate
+(`python -m substrate serve`), two workers (`python -m worker.cli worker`, configured only through
+the environment, as `conductor worker` is) and, for `fault-proxy`, two fault-injecting proxies
+(bench/faultproxy.py). Missions are started with MissionControl, as the CLI starts them.
+
+Scenarios (all by default, in this order):
+  worker-kill      SIGKILL a random worker (sometimes both) again and again during missions, restart it
+  temporal-kill    SIGKILL the Temporal server mid-mission, restart it on its database
+  substrate-kill   SIGKILL the substrate mid-mission, restart it on its database; tasks that were
+                   running come back `unknown` (expected for now): those missions may fail closed
+  fault-proxy      workers reach the substrate through an HTTP proxy that answers some requests 503
+                   and cuts some connections (before or after forwarding), and Temporal through a TCP
+                   proxy that resets some connections and adds latency
+  lease-expiry     every worker down for longer than the lease TTL (a 6 s policy) while children run;
+                   then the workers come back: the leases must be found expired, the runtime tasks
+                   stopped and the children ended
+
+Every child is a one-shot command that first appends its shell's pid to a file of its own in the
+scratch directory, so a second run of the command shows even where the substrate's rows would not.
+Per scenario the suite prints: missions started; missions settled with the expected verdict (and
+those that failed closed where the scenario allows it); double dispatches (command runs and
+substrate task rows per child); leases still held in the admission workflow after the missions
+closed; child processes still alive after everything settled; missions or workloads still running
+after a bounded wait (hangs). It exits 1 if any invariant is violated, 0 otherwise. Every loop is
+bounded in count and time; every process it started is killed on the way out (also on Ctrl-C).
+The scratch directory (logs, databases) is removed unless `--keep` or a violation was found.
+`--quick` is the small form that tests/test_chaos.py runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import secrets
+import shlex
+import signal
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from temporalio.client import Client, WorkflowExecutionStatus  # noqa: E402
+from temporalio.contrib.pydantic import pydantic_data_converter  # noqa: E402
+from temporalio.service import RPCError, RPCStatusCode  # noqa: E402
+
+from worker.binaries import temporal_cli  # noqa: E402
+from worker.devserver import dev_server_command, registered_search_attributes  # noqa: E402
+from worker.mission_control import MissionControl, MissionIdUsed, parse_spec  # noqa: E402
+from worker.ports import free_port  # noqa: E402
+from worker.process import exit_now  # noqa: E402
+from workflows.admission.messages import LeaseRow, admission_workflow_id  # noqa: E402
+from workflows.admission.model import AdmissionPolicy, AuditEvent  # noqa: E402
+from workflows.mission.ledger import MissionLedger  # noqa: E402
+from workflows.mission.messages import admission_request_id, mission_workflow_id  # noqa: E402
+from workflows.mission.search import SEARCH_ATTRIBUTES  # noqa: E402
+from workflows.workload.client import workload_workflow_id  # noqa: E402
+from workflows.workload.record import fleet_child_id  # noqa: E402
+
+HOST = "127.0.0.1"
+NAMESPACE = "default"
+TASK_QUEUE = "chaos"
+INSTANCES = 4
+FAULTPROXY = Path(__file__).resolve().with_name("faultproxy.py")
+SCENARIOS = ("worker-kill", "temporal-kill", "substrate-kill", "fault-proxy", "lease-expiry")
+# What the substrate's tasks table calls a task that still runs.
+ACTIVE_TASK_STATES = ("submitted", "working", "input-required", "auth-required")
+RUNNING = WorkflowExecutionStatus.RUNNING
+# `conductor` as installed beside this interpreter (the console script), else the same entry point.
+_SCRIPT = Path(sys.executable).with_name("conductor")
+CONDUCTOR = [str(_SCRIPT)] if _SCRIPT.is_file() else [sys.executable, "-c", "from worker.cli import main; main()"]
+
+
+def log(text: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {text}", flush=True)
+
+
+# --- processes ------------------------------------------------------------------------------------
+
+
+class Managed:
+    """One process the suite runs, leading a session of its own so its group can be killed at once."""
+
+    registry: list["Managed"] = []
+
+    def __init__(self, name: str, argv: list[str], env: dict[str, str], log_path: Path, ready_text: str) -> None:
+        self.name = name
+        self.argv = argv
+        self.env = env
+        self.log_path = log_path
+        self.ready_text = ready_text
+        self.process: subprocess.Popen[bytes] | None = None
+        self.expected_down = True  # False while it should be running: an exit then is unexpected
+        self.starts = 0
+        self._offset = 0
+        Managed.registry.append(self)
+
+    @property
+    def pid(self) -> int | None:
+        return self.process.pid if self.process is not None else None
+
+    def alive(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def start(self) -> None:
+        if self.alive():
+            raise RuntimeError(f"{self.name} is already running (pid {self.pid})")
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.log_path, "ab") as out:
+            out.write(f"\n--- {time.strftime('%H:%M:%S')} start {self.name}\n".encode())
+            out.flush()
+            self._offset = out.tell()
+            self.process = subprocess.Popen(
+                self.argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, env=self.env,
+                cwd=REPO, start_new_session=True,
+            )
+        self.starts += 1
+        self.expected_down = False
+
+    async def ready(self, timeout: float) -> str:
+        """The line announcing readiness (after the latest start)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            text = self.new_output()
+            for line in text.splitlines():
+                if self.ready_text in line:
+                    return line
+            if not self.alive():
+                raise RuntimeError(f"{self.name} exited with {self.returncode()} while starting; see {self.log_path}\n{text[-2000:]}")
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{self.name} was not ready within {timeout:.0f} s; see {self.log_path}\n{text[-2000:]}")
+            await asyncio.sleep(0.1)
+
+    def new_output(self) -> str:
+        try:
+            with open(self.log_path, "rb") as handle:
+                handle.seek(self._offset)
+                return handle.read().decode(errors="replace")
+        except OSError:
+            return ""
+
+    def returncode(self) -> int | None:
+        return None if self.process is None else self.process.poll()
+
+    def kill(self) -> None:
+        """SIGKILL the whole group, as a crash (or the OOM killer) would."""
+        self.expected_down = True
+        if self.process is None:
+            return
+        _killpg(self.process.pid, signal.SIGKILL)
+        self.process.wait()
+
+    def terminate(self, timeout: float = 15.0) -> None:
+        """SIGTERM (a clean stop), SIGKILL the group if it hangs."""
+        self.expected_down = True
+        if self.process is None:
+            return
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                pass
+        _killpg(self.process.pid, signal.SIGKILL)
+        self.process.wait()
+
+    @classmethod
+    def kill_all(cls) -> None:
+        for managed in cls.registry:
+            if managed.process is not None:
+                _killpg(managed.process.pid, signal.SIGKILL)
+                try:
+                    managed.process.wait(5)
+                except subprocess.TimeoutExpired:
+                    pass
+
+
+def _killpg(pgid: int, sig: int) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _proc_stat(pid: int) -> list[str] | None:
+    """Fields of /proc/PID/stat from `state` on (the command name may hold spaces); None if gone."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return text[text.rindex(")") + 2 :].split()
+
+
+def _alive(pid: int) -> bool:
+    fields = _proc_stat(pid)
+    return fields is not None and fields[0] != "Z"
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+    except OSError:
+        return ""
+
+
+def workload_processes(marker: str, groups: Iterable[int] = ()) -> dict[int, str]:
+    """Live processes that are workloads of ours: the command line names `marker` (each child's
+    command writes into the scenario's runs directory), or the process group is one the substrate
+    recorded for a task (a command's `sleep` has neither the marker nor its shell once orphaned)."""
+    groups = set(groups)
+    found = {}
+    me = os.getpid()
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit() or int(entry.name) == me:
+            continue
+        pid = int(entry.name)
+        fields = _proc_stat(pid)
+        if fields is None or fields[0] == "Z":
+            continue
+        line = _cmdline(pid)
+        if marker in line or int(fields[2]) in groups:
+            found[pid] = line
+    return found
+
+
+# --- the stack ------------------------------------------------------------------------------------
+
+
+class Stack:
+    """Temporal dev server, substrate and two workers for one scenario, under `root`."""
+
+    def __init__(self, root: Path, policy: AdmissionPolicy) -> None:
+        self.root = root
+        self.runs = root / "runs"
+        self.logs = root / "logs"
+        for folder in (self.runs, self.logs, root / "secrets", root / "worker-data", root / "substrate", root / "temporal"):
+            folder.mkdir(parents=True, exist_ok=True)
+        os.chmod(root / "secrets", 0o700)
+        self.fleet_token_file = root / "secrets" / "fleet.token"
+        self.executor_token_file = root / "secrets" / "executor.token"
+        for path in (self.fleet_token_file, self.executor_token_file):
+            path.write_text(secrets.token_urlsafe(24))
+            os.chmod(path, 0o600)
+        self.policy_file = root / "policy.json"
+        self.policy_file.write_text(policy.model_dump_json(indent=2))
+        self.substrate_db = root / "substrate" / "substrate.sqlite3"
+        self.temporal_port = free_port(HOST)
+        self.substrate_port = free_port(HOST)
+        self.temporal_address = f"{HOST}:{self.temporal_port}"
+        self.substrate_url = f"http://{HOST}:{self.substrate_port}"
+        base = {key: value for key, value in os.environ.items()
+                if not key.startswith(("CONDUCTOR_", "TEMPORAL_"))}
+        base["PYTHONUNBUFFERED"] = "1"
+        command = dev_server_command(
+            root / "temporal" / "temporal.sqlite", host=HOST, port=self.temporal_port, ui_port=free_port(HOST),
+            namespace=NAMESPACE, search_attributes=SEARCH_ATTRIBUTES,
+        ) + ["--headless"]
+        self.temporal = Managed("temporal", command, base, self.logs / "temporal.log", "")
+        self.substrate = Managed(
+            "substrate",
+            [sys.executable, "-m", "substrate", "serve", "--host", HOST, "--port", str(self.substrate_port),
+             "--data-dir", str(root / "substrate"), "--instances", str(INSTANCES),
+             "--fleet-token-file", str(self.fleet_token_file), "--executor-token-file", str(self.executor_token_file)],
+            base, self.logs / "substrate.log", "substrate listening on ",
+        )
+        self.base_env = base
+        self.workers = [self._worker(f"worker-{n}") for n in (1, 2)]
+        self.proxies: list[Managed] = []
+        self.client: Client | None = None
+        self.unexpected_exits: list[str] = []
+        self._watchdog: asyncio.Task[None] | None = None
+
+    def _worker(self, name: str) -> Managed:
+        return Managed(name, [*CONDUCTOR, "worker"], {}, self.logs / f"{name}.log", "conductor worker: polling task queue")
+
+    def worker_env(self, temporal_address: str | None = None, substrate_url: str | None = None) -> dict[str, str]:
+        return {
+            **self.base_env,
+            "TEMPORAL_ADDRESS": temporal_address or self.temporal_address,
+            "TEMPORAL_NAMESPACE": NAMESPACE,
+            # No profile file of the person running this may redirect the workers.
+            "TEMPORAL_CONFIG_FILE": str(self.root / "no-temporal-profile.toml"),
+            "CONDUCTOR_SUBSTRATE_URL": substrate_url or self.substrate_url,
+            "CONDUCTOR_FLEET_TOKEN_FILE": str(self.fleet_token_file),
+            "CONDUCTOR_EXECUTOR_TOKEN_FILE": str(self.executor_token_file),
+            "CONDUCTOR_TASK_QUEUE": TASK_QUEUE,
+            "CONDUCTOR_DATA_DIR": str(self.root / "worker-data"),
+            "CONDUCTOR_ADMISSION_POLICY": str(self.policy_file),
+        }
+
+    async def start(self, *, workers: bool = True) -> None:
+        await self.start_temporal()
+        self.client = await Client.connect(self.temporal_address, namespace=NAMESPACE, data_converter=pydantic_data_converter)
+        await self.start_substrate()
+        if workers:
+            await self.start_workers()
+        self._watchdog = asyncio.ensure_future(self._watch())
+
+    async def start_temporal(self) -> None:
+        self.temporal.start()
+        deadline = time.monotonic() + 60
+        wanted = {key.name for key in SEARCH_ATTRIBUTES}
+        while True:
+            if not self.temporal.alive():
+                raise RuntimeError(f"the Temporal server exited with {self.temporal.returncode()}; see {self.temporal.log_path}")
+            try:
+                client = await asyncio.wait_for(Client.connect(self.temporal_address, namespace=NAMESPACE), 5)
+                if wanted <= set(await registered_search_attributes(client, NAMESPACE)):
+                    return
+            except (RuntimeError, RPCError, TimeoutError, OSError):
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the Temporal server was not ready within 60 s; see {self.temporal.log_path}")
+            await asyncio.sleep(0.2)
+
+    async def start_substrate(self) -> None:
+        self.substrate.start()
+        await self.substrate.ready(30)
+
+    async def start_worker(self, worker: Managed, env: dict[str, str] | None = None) -> None:
+        if env is not None or not worker.env:
+            worker.env = env or self.worker_env()
+        worker.start()
+        await worker.ready(60)
+
+    async def start_workers(self, env: dict[str, str] | None = None) -> None:
+        await asyncio.gather(*(self.start_worker(worker, env) for worker in self.workers))
+
+    async def start_proxy(self, name: str, target: str, *args: str, max_seconds: float) -> str:
+        proxy = Managed(
+            name, [sys.executable, str(FAULTPROXY), "--target", target, "--max-seconds", str(int(max_seconds)), *args],
+            self.base_env, self.logs / f"{name}.log", "faultproxy listening on ",
+        )
+        self.proxies.append(proxy)
+        proxy.start()
+        line = await proxy.ready(15)
+        return line.split("faultproxy listening on ", 1)[1].split()[0]
+
+    def proxy_stats(self, proxy: Managed) -> dict[str, int]:
+        for line in reversed(proxy.log_path.read_text(errors="replace").splitlines()):
+            if line.startswith("faultproxy stats "):
+                return json.loads(line[len("faultproxy stats "):])
+        return {}
+
+    async def _watch(self) -> None:
+        """Record (and undo, for workers) any process that ends while it should be running."""
+        while True:
+            await asyncio.sleep(0.5)
+            for managed in [self.temporal, self.substrate, *self.workers, *self.proxies]:
+                if not managed.expected_down and not managed.alive():
+                    code = managed.returncode()
+                    tail = managed.new_output()[-600:].strip().replace("\n", " | ")
+                    self.unexpected_exits.append(f"{managed.name} exited on its own with status {code} (log {managed.log_path}): {tail}")
+                    log(f"!! {managed.name} exited on its own with status {code}; see {managed.log_path}")
+                    managed.expected_down = True
+                    if managed in self.workers:
+                        try:
+                            await self.start_worker(managed)
+                        except RuntimeError as error:
+                            self.unexpected_exits.append(f"{managed.name} could not be restarted: {error}")
+
+    async def stop(self) -> None:
+        if self._watchdog is not None:
+            self._watchdog.cancel()
+            await asyncio.gather(self._watchdog, return_exceptions=True)
+        for managed in [*self.workers, *self.proxies]:
+            await asyncio.to_thread(managed.terminate, 15)
+        await asyncio.to_thread(self.substrate.terminate, 20)
+        await asyncio.to_thread(self.temporal.terminate, 15)
+
+    # --- what the substrate recorded ------------------------------------------------------------
+
+    def substrate_tasks(self) -> list[dict[str, object]]:
+        if not self.substrate_db.exists():
+            return []
+        db = sqlite3.connect(f"file:{self.substrate_db}?mode=ro", uri=True, timeout=10)
+        try:
+            db.row_factory = sqlite3.Row
+            return [dict(row) for row in db.execute("SELECT task_id, child_id, state, pid, pid_start_ticks FROM tasks ORDER BY rowid")]
+        finally:
+            db.close()
+
+
+# --- missions -------------------------------------------------------------------------------------
+
+
+@dataclass
+class Mission:
+    mission_id: str
+    host_group: str
+    children: list[str]
+    seconds: float
+    started: bool = False
+    start_error: str | None = None
+    status: str | None = None  # the workflow's status once closed; None while running (a hang)
+    ledger: MissionLedger | None = None
+    ledger_error: str | None = None
+
+    @property
+    def workflow_id(self) -> str:
+        return mission_workflow_id(self.mission_id)
+
+    def runs_file(self, runs: Path, child_id: str) -> Path:
+        return runs / f"{self.mission_id}.{child_id}"
+
+    def spec(self, runs: Path) -> dict:
+        return {
+            "mission_id": self.mission_id,
+            "orchestrator_id": "chaos",
+            "goal": f"chaos {self.host_group}",
+            "host_group": self.host_group,
+            "require_distinct_targets": False,
+            "children": [
+                {
+                    "child_id": child_id,
+                    "kind": "one-shot-command",
+                    "prompt": f"echo $$ >> {shlex.quote(str(self.runs_file(runs, child_id)))}; sleep {self.seconds:g}; echo ok",
+                }
+                for child_id in self.children
+            ],
+        }
+
+
+async def retrying(call: Callable[[], Awaitable[object]], within: float, what: str) -> object:
+    """`call()` until it answers: the server may be restarting, or a proxy cutting connections."""
+    deadline = time.monotonic() + within
+    while True:
+        try:
+            return await call()
+        except (RPCError, RuntimeError, TimeoutError) as error:
+            if isinstance(error, RPCError) and error.status == RPCStatusCode.NOT_FOUND:
+                raise
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{what}: no answer within {within:.0f} s ({error})") from None
+            await asyncio.sleep(0.5)
+
+
+async def start_mission(control: MissionControl, stack: Stack, mission: Mission, within: float = 60) -> None:
+    spec = parse_spec(mission.spec(stack.runs))
+    deadline = time.monotonic() + within
+    while True:
+        try:
+            await control.start(spec)
+            break
+        except MissionIdUsed:
+            break  # an earlier attempt started it; only its answer was lost
+        except (RPCError, RuntimeError) as error:
+            if time.monotonic() > deadline:
+                mission.start_error = str(error)
+                log(f"!! mission {mission.mission_id} could not be started: {error}")
+                return
+            await asyncio.sleep(0.5)
+    mission.started = True
+    log(f"started mission {mission.mission_id} ({len(mission.children)} children, sleep {mission.seconds:g})")
+
+
+async def start_spread(control: MissionControl, stack: Stack, missions: list[Mission], over: float) -> None:
+    """Start the missions one after another, spread over `over` seconds."""
+    gap = over / max(1, len(missions))
+    for index, mission in enumerate(missions):
+        if index:
+            await asyncio.sleep(gap)
+        await start_mission(control, stack, mission)
+
+
+async def wait_closed(client: Client, missions: list[Mission], within: float) -> None:
+    """Poll until every started mission's workflow has closed, or `within` seconds have passed."""
+    deadline = time.monotonic() + within
+    open_ = [m for m in missions if m.started]
+    while open_ and time.monotonic() < deadline:
+        for mission in list(open_):
+            try:
+                description = await client.get_workflow_handle(mission.workflow_id).describe(rpc_timeout=timedelta(seconds=5))
+            except RPCError:
+                continue
+            if description.status != RUNNING:
+                mission.status = description.status.name if description.status else "UNKNOWN"
+                open_.remove(mission)
+        if open_:
+            await asyncio.sleep(1)
+    for mission in missions:
+        if not mission.started:
+            continue
+        try:
+            if mission.status == "COMPLETED":
+                mission.ledger = await retrying(
+                    lambda: client.get_workflow_handle(mission.workflow_id, result_type=MissionLedger).result(rpc_timeout=timedelta(seconds=10)),
+                    30, f"result of {mission.workflow_id}",
+                )  # type: ignore[assignment]
+            else:  # still running, or closed some other way: its last ledger says where it stands
+                mission.ledger = await retrying(
+                    lambda: client.get_workflow_handle(mission.workflow_id).query(
+                        "ledger", result_type=MissionLedger, rpc_timeout=timedelta(seconds=10)),
+                    30, f"ledger of {mission.workflow_id}",
+                )  # type: ignore[assignment]
+        except Exception as error:  # noqa: BLE001  (reported as a figure)
+            mission.ledger_error = f"{type(error).__name__}: {error}"
+
+
+# --- checks ---------------------------------------------------------------------------------------
+
+
+@dataclass
+class Report:
+    scenario: str
+    title: str
+    missions: list[Mission] = field(default_factory=list)
+    chaos: list[str] = field(default_factory=list)  # what was done to the stack
+    figures: dict[str, object] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+    violations: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+    def violate(self, text: str) -> None:
+        self.violations.append(text)
+        log(f"!! {self.scenario}: {text}")
+
+
+@dataclass(frozen=True)
+class Expectation:
+    """The verdict a mission must reach, and the fail-closed verdicts a scenario tolerates."""
+
+    verdicts: frozenset[str]
+    fail_closed: frozenset[str] = frozenset()
+    # Child states a fail-closed mission may show for its unsatisfied children.
+    fail_closed_child_states: frozenset[str] = frozenset({"unknown"})
+
+
+async def check(report: Report, stack: Stack, expectation: Expectation, *, settle: float) -> None:
+    """Wait (bounded) for every mission to close, then check every invariant; figures into `report`."""
+    assert stack.client is not None
+    client = stack.client
+    missions = report.missions
+    started = [m for m in missions if m.started]
+    for mission in missions:
+        if not mission.started:
+            report.violate(f"mission {mission.mission_id} could not be started: {mission.start_error}")
+    await wait_closed(client, missions, settle)
+
+    # Verdicts.
+    verdicts: Counter[str] = Counter()
+    right = fail_closed = 0
+    child_states: Counter[str] = Counter()
+    for mission in started:
+        ledger = mission.ledger
+        verdict = ledger.parent_state if ledger is not None else f"no ledger ({mission.ledger_error})"
+        verdicts[verdict] += 1
+        if ledger is not None:
+            for child in ledger.children:
+                child_states[child.observed_state] += 1
+        if mission.status is None:
+            report.violate(f"hang: mission {mission.workflow_id} still running {settle:.0f} s after the chaos ended ({verdict})")
+            continue
+        if mission.status != "COMPLETED":
+            report.violate(f"mission {mission.workflow_id} closed {mission.status}, not COMPLETED ({verdict})")
+            continue
+        if ledger is None:
+            report.violate(f"mission {mission.workflow_id}: no final ledger ({mission.ledger_error})")
+            continue
+        unsatisfied = {c.child_id: c.observed_state for c in ledger.children if c.outcome != "satisfied"}
+        if verdict in expectation.verdicts:
+            right += 1
+        elif verdict in expectation.fail_closed and set(unsatisfied.values()) <= expectation.fail_closed_child_states:
+            fail_closed += 1
+        else:
+            report.violate(
+                f"mission {mission.workflow_id} settled {verdict} (expected {'/'.join(sorted(expectation.verdicts))}"
+                f"{' or fail closed ' + '/'.join(sorted(expectation.fail_closed)) if expectation.fail_closed else ''}): "
+                f"{ledger.verdict_reason or ledger.aggregation.reason}; unsatisfied children {unsatisfied}"
+            )
+        for child in ledger.children:  # a child counted satisfied must really have run its command
+            if child.outcome == "satisfied" and not mission.runs_file(stack.runs, child.child_id).exists():
+                report.violate(f"{mission.mission_id}/{child.child_id} is satisfied but its command never ran")
+
+    # Workload workflows still running after their mission closed (or while it hangs).
+    running_children = []
+    for mission in started:
+        for child_id in mission.children:
+            workflow_id = workload_workflow_id(mission.mission_id, child_id)
+            try:
+                description = await retrying(
+                    lambda: client.get_workflow_handle(workflow_id).describe(rpc_timeout=timedelta(seconds=5)), 20, workflow_id)
+            except RPCError:
+                continue  # never started (cancelled while queued)
+            if description.status == RUNNING:  # type: ignore[union-attr]
+                running_children.append(workflow_id)
+    for workflow_id in running_children:
+        report.violate(f"hang: workload {workflow_id} still running after the mission settled")
+
+    # Double dispatches: command runs (the runs file) and substrate task rows, per child.
+    tasks = stack.substrate_tasks()
+    rows_by_child = Counter(str(row["child_id"]) for row in tasks)
+    runs_twice = rows_twice = 0
+    for mission in started:
+        for child_id in mission.children:
+            path = mission.runs_file(stack.runs, child_id)
+            runs = path.read_text().split() if path.exists() else []
+            rows = rows_by_child[fleet_child_id(mission.mission_id, child_id)]
+            if len(runs) > 1:
+                runs_twice += 1
+                report.violate(f"double dispatch: {mission.mission_id}/{child_id} ran its command {len(runs)} times (shell pids {runs})")
+            if rows > 1:
+                rows_twice += 1
+                report.violate(f"double dispatch: {mission.mission_id}/{child_id} has {rows} substrate tasks")
+
+    # Leases still held for these missions once they closed (the release may still be on its way).
+    leases = await held_leases(client, started, within=15)
+    for row in leases:
+        report.violate(f"lease left held: {row.request_id} (holder {row.holder}, expires {row.lease_expires_at:%H:%M:%S})")
+
+    # Child processes still alive after everything settled (a cancel may still be on its way).
+    mine = {fleet_child_id(m.mission_id, c) for m in started for c in m.children}
+    groups = [int(row["pid"]) for row in tasks if row["pid"] is not None and row["child_id"] in mine]
+    left = await leftover_processes(stack, groups, within=10)
+    for pid, line in left.items():
+        report.violate(f"process left behind: pid {pid}: {line[:160]}")
+
+    active = [row for row in tasks if row["child_id"] in mine and row["state"] in ACTIVE_TASK_STATES]
+    for row in active:
+        report.violate(f"substrate task {row['task_id']} of {row['child_id']} still {row['state']} after its mission closed")
+    for text in stack.unexpected_exits:
+        report.violate(f"unexpected exit: {text}")
+
+    report.figures.update({
+        "missions started": f"{len(started)} of {len(missions)}",
+        "settled with the expected verdict": f"{right} of {len(started)} ({', '.join(f'{v} {n}' for v, n in sorted(verdicts.items()))})",
+        "failed closed (allowed here)": fail_closed,
+        "child end states": ", ".join(f"{state} {n}" for state, n in sorted(child_states.items())) or "-",
+        "double dispatches": f"{runs_twice + rows_twice} (commands run twice {runs_twice}, children with >1 substrate task {rows_twice})",
+        "leases left held": len(leases),
+        "processes left behind": len(left),
+        "hangs (still running)": sum(1 for m in started if m.status is None) + len(running_children),
+        "substrate tasks recorded unknown": sum(1 for row in tasks if row["child_id"] in mine and row["state"] == "unknown"),
+        "unexpected process exits": len(stack.unexpected_exits),
+    })
+
+
+async def held_leases(client: Client, missions: list[Mission], within: float) -> list[LeaseRow]:
+    prefixes = tuple(admission_request_id(m.mission_id, "") for m in missions)
+    groups = sorted({m.host_group for m in missions})
+    deadline = time.monotonic() + within
+    while True:
+        held: list[LeaseRow] = []
+        for group in groups:
+            handle = client.get_workflow_handle(admission_workflow_id(group))
+            try:
+                rows = await retrying(lambda: handle.query("leases", result_type=list[LeaseRow], rpc_timeout=timedelta(seconds=10)),
+                                      20, f"leases of {group}")
+            except RPCError:
+                continue  # nothing ever asked for admission there
+            held += [row for row in rows if row.request_id.startswith(prefixes)]  # type: ignore[union-attr]
+        if not held or time.monotonic() > deadline:
+            return held
+        await asyncio.sleep(1)
+
+
+async def leftover_processes(stack: Stack, groups: list[int], within: float) -> dict[int, str]:
+    deadline = time.monotonic() + within
+    while True:
+        left = workload_processes(str(stack.runs) + os.sep, groups)
+        if not left or time.monotonic() > deadline:
+            return left
+        await asyncio.sleep(0.5)
+
+
+# --- scenarios ------------------------------------------------------------------------------------
+
+
+@dataclass
+class Settings:
+    quick: bool
+    missions: int | None
+    children: int | None
+    rng: random.Random
+    scratch: Path
+
+    def count(self, full: int, quick: int) -> int:
+        return self.missions if self.missions is not None else (quick if self.quick else full)
+
+    def width(self, full: int, quick: int) -> int:
+        return self.children if self.children is not None else (quick if self.quick else full)
+
+    def pick(self, full: float, quick: float) -> float:
+        return quick if self.quick else full
+
+
+def plan(name: str, count: int, children: int, seconds: float) -> list[Mission]:
+    tag = secrets.token_hex(3)
+    group = f"chaos-{name}-{tag}"
+    return [Mission(f"{name}-{tag}-m{i}", group, [f"c{j}" for j in range(children)], seconds) for i in range(count)]
+
+
+DEFAULT_POLICY = AdmissionPolicy(max_concurrent=16, runtime_quotas={"host": 16}, lease_ttl_seconds=60)
+COMPLETE = Expectation(frozenset({"completed"}))
+
+
+async def worker_kill(stack: Stack, control: MissionControl, s: Settings, report: Report) -> Expectation:
+    report.missions = plan("worker-kill", s.count(8, 2), s.width(4, 2), 1)
+    window = s.pick(40, 14)
+    starts = asyncio.ensure_future(start_spread(control, stack, report.missions, window * 0.6))
+    kills = both = 0
+    deadline = time.monotonic() + window
+    while time.monotonic() < deadline and kills < 30:
+        await asyncio.sleep(s.rng.uniform(2, 5) if not s.quick else s.rng.uniform(1.5, 3))
+        victims = list(stack.workers) if s.rng.random() < 0.25 else [s.rng.choice(stack.workers)]
+        for victim in victims:
+            victim.kill()
+        kills += len(victims)
+        both += len(victims) == 2
+        log(f"SIGKILLed {', '.join(v.name for v in victims)}")
+        await asyncio.sleep(s.rng.uniform(0.5, 3))
+        for victim in victims:
+            await stack.start_worker(victim)
+    await starts
+    report.chaos.append(f"{kills} worker SIGKILLs ({both} times both at once), each restarted after 0.5-3 s, over {window:.0f} s")
+    return COMPLETE
+
+
+async def temporal_kill(stack: Stack, control: MissionControl, s: Settings, report: Report) -> Expectation:
+    report.missions = plan("temporal-kill", s.count(6, 2), s.width(4, 2), 2)
+    restarts = int(s.pick(3, 1))
+    half = len(report.missions) // 2 or 1
+    first, rest = report.missions[:half], report.missions[half:]
+    await start_spread(control, stack, first, s.pick(4, 1))
+    for n in range(restarts):
+        await asyncio.sleep(s.rng.uniform(1, 3))
+        stack.temporal.kill()
+        down = s.rng.uniform(1, 4)
+        log(f"SIGKILLed the Temporal server; down for {down:.1f} s")
+        await asyncio.sleep(down)
+        began = time.monotonic()
+        await stack.start_temporal()
+        report.chaos.append(f"Temporal SIGKILL {n + 1}: down {down:.1f} s, ready again {time.monotonic() - began:.1f} s after restart")
+        if n == 0 and rest:
+            await start_spread(control, stack, rest, s.pick(4, 1))
+    return COMPLETE
+
+
+async def substrate_kill(stack: Stack, control: MissionControl, s: Settings, report: Report) -> Expectation:
+    report.missions = plan("substrate-kill", s.count(6, 2), s.width(4, 2), 3)
+    restarts = int(s.pick(2, 1))
+    starts = asyncio.ensure_future(start_spread(control, stack, report.missions, s.pick(12, 2)))
+    for n in range(restarts):
+        await asyncio.sleep(s.rng.uniform(3, 6) if not s.quick else 3)
+        running = sum(1 for row in stack.substrate_tasks() if row["state"] in ACTIVE_TASK_STATES)
+        stack.substrate.kill()
+        down = s.rng.uniform(1, 3)
+        log(f"SIGKILLed the substrate ({running} tasks running); down for {down:.1f} s")
+        await asyncio.sleep(down)
+        await stack.start_substrate()
+        report.chaos.append(f"substrate SIGKILL {n + 1} with {running} tasks running, down {down:.1f} s")
+    await starts
+    # A task that ran across the restart comes back `unknown` (today's substrate): its mission fails closed.
+    return Expectation(frozenset({"completed"}), fail_closed=frozenset({"operator-review-required"}))
+
+
+async def fault_proxy(stack: Stack, control: MissionControl, s: Settings, report: Report) -> Expectation:
+    report.missions = plan("fault-proxy", s.count(6, 2), s.width(4, 2), 1)
+    budget = s.pick(300, 120)
+    http = ["--mode", "http", "--http-503", "0.1", "--drop", "0.05", "--seed", str(s.rng.randrange(1 << 30))]
+    tcp = ["--mode", "tcp", "--drop", "0.1", "--reset", "0.3", "--reset-after", "8", "--latency-ms", "0:15",
+           "--seed", str(s.rng.randrange(1 << 30))]
+    substrate_proxy = await stack.start_proxy("substrate-proxy", f"{HOST}:{stack.substrate_port}", *http, max_seconds=budget)
+    temporal_proxy = await stack.start_proxy("temporal-proxy", stack.temporal_address, *tcp, max_seconds=budget)
+    env = stack.worker_env(temporal_address=temporal_proxy, substrate_url=f"http://{substrate_proxy}")
+    await stack.start_workers(env)
+    report.chaos.append(
+        "workers -> substrate through an HTTP proxy (10% of requests 503, 5% cut: half before, half after forwarding); "
+        "-> Temporal through a TCP proxy (10% of connections reset at accept, 30% reset after 1-8 s, 0-15 ms per chunk)"
+    )
+    await start_spread(control, stack, report.missions, s.pick(10, 2))
+    return COMPLETE
+
+
+async def lease_expiry(stack: Stack, control: MissionControl, s: Settings, report: Report) -> Expectation:
+    ttl = stack_ttl(s)
+    report.missions = plan("lease-expiry", s.count(2, 1), s.width(3, 2), 90)
+    await start_spread(control, stack, report.missions, 1)
+    # Every child's command running (its shell pid in its runs file), bounded.
+    pids = await wait_until_running(stack, report.missions, within=60)
+    if pids is None:
+        report.violate("the children did not all start within 60 s; cannot take the workers away while they run")
+        return Expectation(frozenset({"failed"}), fail_closed=frozenset({"operator-review-required"}))
+    for worker in stack.workers:
+        worker.kill()
+    down = 2 * ttl + 2
+    log(f"SIGKILLed both workers with {len(pids)} children running; down for {down:.0f} s (lease TTL {ttl:g} s)")
+    await asyncio.sleep(down)
+    await stack.start_workers()
+    back = time.monotonic()
+    # How long each child's process runs on once the workers are back.
+    stopped_after: dict[str, float] = {}
+    bound = s.pick(45, 30)
+    while len(stopped_after) < len(pids) and time.monotonic() - back < bound:
+        for name, pid in pids.items():
+            if name not in stopped_after and not _alive(pid):
+                stopped_after[name] = time.monotonic() - back
+        await asyncio.sleep(0.2)
+    still = sorted(set(pids) - set(stopped_after))
+    report.chaos.append(f"both workers SIGKILLed with {len(pids)} children running, down {down:.0f} s (> lease TTL {ttl:g} s)")
+    if stopped_after:
+        report.figures["runtime tasks stopped after the workers came back"] = (
+            f"{len(stopped_after)} of {len(pids)}, within {max(stopped_after.values()):.1f} s")
+    for name in still:
+        report.violate(f"{name} still runs its command {bound:.0f} s after the workers came back, its lease expired")
+    # The expired leases must have been noticed by the admission workflow.
+    assert stack.client is not None
+    events = await retrying(
+        lambda: stack.client.get_workflow_handle(admission_workflow_id(report.missions[0].host_group)).query(  # type: ignore[union-attr]
+            "audit", 1000, result_type=list[AuditEvent], rpc_timeout=timedelta(seconds=10)),
+        30, "admission audit",
+    )
+    timed_out = {e.request_id for e in events if e.type == "timed-out"}  # type: ignore[union-attr]
+    wanted = {admission_request_id(m.mission_id, c) for m in report.missions for c in m.children}
+    report.figures["leases found expired (audit timed-out)"] = f"{len(wanted & timed_out)} of {len(wanted)}"
+    for request_id in sorted(wanted - timed_out):
+        report.violate(f"lease {request_id} outlived the workers' absence: no timed-out event in the admission audit")
+    report.notes.append(f"children's command processes measured: {len(pids)}; lease TTL {ttl:g} s")
+    return Expectation(frozenset({"failed"}), fail_closed=frozenset({"operator-review-required"}),
+                       fail_closed_child_states=frozenset({"unknown", "cancelled", "timed-out"}))
+
+
+def stack_ttl(s: Settings) -> float:
+    return 6.0
+
+
+async def wait_until_running(stack: Stack, missions: list[Mission], within: float) -> dict[str, int] | None:
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        pids = {}
+        for mission in missions:
+            for child_id in mission.children:
+                path = mission.runs_file(stack.runs, child_id)
+                if path.exists() and path.read_text().split():
+                    pids[f"{mission.mission_id}/{child_id}"] = int(path.read_text().split()[0])
+        if len(pids) == sum(len(m.children) for m in missions):
+            return pids
+        await asyncio.sleep(0.2)
+    return None
+
+
+SCENARIO_FUNCS = {
+    "worker-kill": (worker_kill, "workers SIGKILLed at random during missions, restarted"),
+    "temporal-kill": (temporal_kill, "the Temporal server SIGKILLed mid-mission, restarted on its database"),
+    "substrate-kill": (substrate_kill, "the substrate SIGKILLed mid-mission, restarted on its database"),
+    "fault-proxy": (fault_proxy, "503s and cut connections to the substrate, resets and latency to Temporal"),
+    "lease-expiry": (lease_expiry, "every worker down for longer than the lease TTL while children run"),
+}
+
+
+async def run_scenario(name: str, s: Settings) -> Report:
+    func, title = SCENARIO_FUNCS[name]
+    report = Report(name, title)
+    began = time.monotonic()
+    policy = DEFAULT_POLICY
+    if name == "lease-expiry":
+        policy = AdmissionPolicy(max_concurrent=16, runtime_quotas={"host": 16}, lease_ttl_seconds=stack_ttl(s))
+    stack = Stack(s.scratch / name, policy)
+    log(f"== {name}: {title}")
+    try:
+        await stack.start(workers=name != "fault-proxy")
+        assert stack.client is not None
+        control = MissionControl(stack.client, TASK_QUEUE)
+        expectation = await func(stack, control, s, report)
+        for worker in stack.workers:  # whatever the chaos did, both workers run while missions settle
+            if not worker.alive():
+                await stack.start_worker(worker)
+        log(f"{name}: chaos over; waiting for the missions to settle")
+        await check(report, stack, expectation, settle=s.pick(120, 60))
+        for proxy in stack.proxies:
+            await asyncio.to_thread(proxy.terminate, 10)
+            report.figures[f"{proxy.name} faults"] = ", ".join(
+                f"{k} {v}" for k, v in stack.proxy_stats(proxy).items()
+                if k not in ("bytes_up", "bytes_down", "seconds")) or "no stats"
+    except Exception as error:  # noqa: BLE001  (a scenario that breaks is a violation, not a crash of the suite)
+        report.violate(f"the scenario itself failed: {type(error).__name__}: {error}")
+    finally:
+        await stack.stop()
+        # Whatever is left of the workloads once the substrate stopped cleanly.
+        left = workload_processes(str(stack.runs) + os.sep)
+        for pid in left:
+            _killpg(pid, signal.SIGKILL)
+            _killpg(int((_proc_stat(pid) or ["", "", str(pid)])[2]), signal.SIGKILL)
+        if left:
+            report.notes.append(f"{len(left)} workload processes were still alive after the stack stopped; killed")
+    report.seconds = time.monotonic() - began
+    print_report(report)
+    return report
+
+
+def print_report(report: Report) -> None:
+    print(f"\n== {report.scenario}: {report.title} ({report.seconds:.0f} s)", flush=True)
+    for line in report.chaos:
+        print(f"   chaos: {line}")
+    for key, value in report.figures.items():
+        print(f"   {key:<48}{value}")
+    for note in report.notes:
+        print(f"   note: {note}")
+    for violation in report.violations:
+        print(f"   VIOLATION: {violation}")
+    status = "ok" if not report.violations else f"FAIL ({len(report.violations)} violations)"
+    print(f"RESULT scenario={report.scenario} {status}\n", flush=True)
+
+
+async def main(options: argparse.Namespace) -> int:
+    names = [name.strip() for name in options.scenario.split(",")] if options.scenario else list(SCENARIOS)
+    unknown = [name for name in names if name not in SCENARIOS]
+    if unknown:
+        print(f"unknown scenario(s) {', '.join(unknown)}; choose from {', '.join(SCENARIOS)}", file=sys.stderr)
+        return 2
+    seed = options.seed if options.seed is not None else random.randrange(1 << 30)
+    made_scratch = options.scratch is None
+    scratch = Path(tempfile.mkdtemp(prefix="conductor-chaos-")) if made_scratch else Path(options.scratch).resolve()
+    scratch.mkdir(parents=True, exist_ok=True)
+    settings = Settings(options.quick, options.missions, options.children, random.Random(seed), scratch)
+    log(f"chaos: scenarios {', '.join(names)}; seed {seed}; scratch {scratch}")
+    reports: list[Report] = []
+    main_task = asyncio.current_task()
+    loop = asyncio.get_running_loop()
+    if main_task is not None:
+        loop.add_signal_handler(signal.SIGTERM, main_task.cancel)
+    try:
+        for name in names:
+            reports.append(await run_scenario(name, settings))
+    finally:
+        Managed.kill_all()
+    print("== summary")
+    for report in reports:
+        print(f"   {report.scenario:<16}{'ok' if not report.violations else 'FAIL'}  "
+              f"{report.figures.get('settled with the expected verdict', '-')}; {len(report.violations)} violations; "
+              f"{report.seconds:.0f} s")
+    failed = any(report.violations for report in reports)
+    if failed or options.keep:
+        print(f"logs and databases kept in {scratch}")
+    elif made_scratch:
+        import shutil
+
+        shutil.rmtree(scratch, ignore_errors=True)
+    print(f"RESULT chaos {'FAIL' if failed else 'ok'} seed={seed}", flush=True)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--scenario", help=f"comma-separated, from {', '.join(SCENARIOS)} (default: all)")
+    parser.add_argument("--missions", type=int, help="missions per scenario (default: 8/6/6/6/2, --quick 2/2/2/2/1)")
+    parser.add_argument("--children", type=int, help="children per mission (default 4, lease-expiry 3; --quick 2)")
+    parser.add_argument("--seed", type=int, help="random seed (printed, to repeat a run)")
+    parser.add_argument("--quick", action="store_true", help="the small form CI runs (tests/test_chaos.py)")
+    parser.add_argument("--scratch", help="directory for logs and databases (default: a new temporary one)")
+    parser.add_argument("--keep", action="store_true", help="keep the scratch directory")
+    code = 130
+    try:
+        code = asyncio.run(main(parser.parse_args()))
+    except (KeyboardInterrupt, asyncio.CancelledError):
+        print("chaos: interrupted; every process it started has been killed", file=sys.stderr)
+    finally:
+        Managed.kill_all()
+    exit_now(code)
