@@ -3,12 +3,15 @@
 Everything that can go wrong between a terminal and the workflow (no server,
 no workflow, no worker answering, a workflow that has stopped) becomes one
 `LiveError` whose message says what is wrong and what to do, so the CLI can
-print a single line instead of a traceback.
+print a single line instead of a traceback. A server that goes away mid-command
+(a restart, a network break) is waited for, with backoff, for
+CONDUCTOR_RECONNECT_SECONDS (see `worker.connection.Reconnect`); only then is it an error.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from typing import Any, TypeVar
 
@@ -23,7 +26,7 @@ from temporalio.common import QueryRejectCondition
 from temporalio.service import RPCError, RPCStatusCode
 
 from activities.admission import signal_with_start_admission
-from worker.connection import connect
+from worker.connection import CLI_RETRY_CONFIG, Reconnect, TemporalUnreachable, connect
 from workflows.admission.messages import PolicyChange, admission_workflow_id
 from workflows.admission.model import AdmissionPolicy
 
@@ -38,13 +41,17 @@ class LiveError(Exception):
     """A problem the operator can act on, worded as one line."""
 
 
+class Unreachable(LiveError):
+    """The server went away and did not come back within the reconnect bound."""
+
+
 def missing_workflow(host_group: str) -> LiveError:
     return LiveError(f"no admission workflow for host group {host_group} yet: nothing has asked for admission there")
 
 
 async def open_client() -> Client:
     try:
-        return await connect()
+        return await connect(retry_config=CLI_RETRY_CONFIG)
     except ConnectionError as error:
         raise LiveError(str(error)) from None
     except Exception as error:  # a broken profile file or TLS setting, say: still one line, never a traceback
@@ -54,9 +61,25 @@ async def open_client() -> Client:
 class LiveAdmission:
     """Queries and signals for one host group's admission workflow."""
 
-    def __init__(self, client: Client, host_group: str) -> None:
+    def __init__(
+        self,
+        client: Client,
+        host_group: str,
+        *,
+        reconnect_seconds: float | None = None,
+        announce: Callable[[str], None] | None = None,
+    ) -> None:
         self.client = client
         self.host_group = host_group
+        self._reconnect = Reconnect(client, reconnect_seconds, announce=announce)
+
+    async def _call(self, operation: Callable[[], Awaitable[T]], doing: str) -> T:
+        """`operation()`, repeated through a lost server (queries, describe and signal-with-start are
+        safe to repeat: a repeated policy change applies the same policy again)."""
+        try:
+            return await self._reconnect.call(operation, doing)
+        except TemporalUnreachable as error:
+            raise Unreachable(str(error)) from None
 
     @property
     def handle(self) -> WorkflowHandle[Any, Any]:
@@ -64,10 +87,13 @@ class LiveAdmission:
 
     async def query(self, name: str, *args: object, result_type: type[T], timeout: timedelta | None = None) -> T:
         try:
-            return await self.handle.query(
-                name, args=list(args), result_type=result_type,
-                # A stopped workflow still answers from its last state; saying so beats showing stale leases.
-                reject_condition=QueryRejectCondition.NOT_OPEN, rpc_timeout=timeout or QUERY_TIMEOUT,
+            return await self._call(
+                lambda: self.handle.query(
+                    name, args=list(args), result_type=result_type,
+                    # A stopped workflow still answers from its last state; saying so beats showing stale leases.
+                    reject_condition=QueryRejectCondition.NOT_OPEN, rpc_timeout=timeout or QUERY_TIMEOUT,
+                ),
+                f"querying {name} for host group {self.host_group}",
             )
         except WorkflowQueryRejectedError as error:
             status = error.status.name if error.status is not None else "CLOSED"
@@ -82,7 +108,9 @@ class LiveAdmission:
 
     async def is_running(self) -> bool:
         try:
-            description = await self.handle.describe(rpc_timeout=RPC_TIMEOUT)
+            description = await self._call(
+                lambda: self.handle.describe(rpc_timeout=RPC_TIMEOUT), "describing the admission workflow",
+            )
         except RPCError as error:
             if error.status == RPCStatusCode.NOT_FOUND:
                 return False
@@ -95,8 +123,11 @@ class LiveAdmission:
         try:
             # Signal-with-start either way: if the workflow stopped or appeared since `is_running`,
             # the change still lands exactly once, in whichever run is current.
-            await signal_with_start_admission(
-                self.client, task_queue, self.host_group, change.policy, "set_policy", change,
+            await self._call(
+                lambda: signal_with_start_admission(
+                    self.client, task_queue, self.host_group, change.policy, "set_policy", change,
+                ),
+                "sending the policy change",
             )
         except RPCError as error:
             raise self._explain(error, "sending the policy change") from None
@@ -114,6 +145,8 @@ class LiveAdmission:
                 current = await self.query(
                     "policy", result_type=AdmissionPolicy, timeout=timedelta(seconds=max(remaining, 0.5)),
                 )
+            except Unreachable:
+                raise
             except LiveError:
                 current = None  # no worker has picked it up yet
             if current == policy:

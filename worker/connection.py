@@ -5,15 +5,26 @@ or `TEMPORAL_CONFIG_FILE`), `TEMPORAL_PROFILE`, `TEMPORAL_ADDRESS`,
 `TEMPORAL_NAMESPACE`, TLS and `TEMPORAL_API_KEY`. Whatever it leaves unset falls
 back to the local dev server that `conductor dev` starts. Every client uses the
 pydantic data converter, as the workers and the replayer do.
+
+`Reconnect` carries a waiting call through a Temporal restart or a network break: it
+retries only lost connections, with backoff, for `CONDUCTOR_RECONNECT_SECONDS` (60 s).
 """
 
 from __future__ import annotations
 
-from typing import Any
+import asyncio
+import math
+import os
+import sys
+from collections.abc import Awaitable, Callable
+from datetime import timedelta
+from typing import Any, TypeVar
 
-from temporalio.client import Client
+from temporalio.api.workflowservice.v1 import GetSystemInfoRequest
+from temporalio.client import Client, RPCTimeoutOrCancelledError
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.envconfig import ClientConfig
+from temporalio.service import RetryConfig, RPCError, RPCStatusCode
 
 DEFAULT_ADDRESS = "127.0.0.1:7233"
 DEFAULT_NAMESPACE = "default"
@@ -36,3 +47,173 @@ async def connect(profile: str | None = None, **overrides: Any) -> Client:
             f"cannot reach Temporal at {target} (namespace {options.get('namespace')}): {error}. "
             "Start the local stack with `conductor dev`, or point TEMPORAL_ADDRESS / a profile at your server."
         ) from None
+
+
+# --- riding out a lost server: a Temporal restart or a network break --------------------------
+
+RECONNECT_ENV = "CONDUCTOR_RECONNECT_SECONDS"
+DEFAULT_RECONNECT_SECONDS = 60.0
+BACKOFF_FIRST = 0.5  # seconds; doubles after every failed probe ...
+BACKOFF_CAP = 5.0  # ... up to this
+PROBE_TIMEOUT = 5.0  # one "is the server there?" call, seconds at most
+
+# For clients that wait on the operator's behalf (the CLI): the core's own retries (by default ten
+# over ten seconds, logged as WARN lines on stderr from the sixth attempt on, or from half of a
+# nonzero max_retries) stay short, so a lost server reaches `Reconnect`, which says so once and
+# backs off within the operator's bound. Blips are still retried inside the call, with the call's
+# own request id (a start stays deduplicated). max_retries=0 is "no count limit": the second bound
+# alone stops the core after at most four attempts, below its warning threshold.
+CLI_RETRY_CONFIG = RetryConfig(
+    initial_interval_millis=200, multiplier=2.0, max_interval_millis=1000, max_elapsed_time_millis=1000, max_retries=0,
+)
+
+# How the core reports a connection that broke mid-call (status UNKNOWN) or could not be made.
+_TRANSPORT_WORDS = (
+    "transport error", "connect error", "error trying to connect", "connection refused", "connection reset",
+    "connection closed", "connection error", "broken pipe", "h2 protocol", "dns error",
+)
+
+
+class ReconnectSettingError(ValueError):
+    """CONDUCTOR_RECONNECT_SECONDS (or the matching argument) is not a usable number of seconds."""
+
+
+class TemporalUnreachable(ConnectionError):
+    """The server stayed out of reach for longer than the reconnect bound; the message is one line."""
+
+
+def reconnect_seconds(value: float | str | None = None) -> float:
+    """The reconnect bound: `value` if given, else $CONDUCTOR_RECONNECT_SECONDS, else 60 (0: never wait)."""
+    source = "reconnect_seconds"
+    if value is None:
+        value = os.environ.get(RECONNECT_ENV, "").strip() or DEFAULT_RECONNECT_SECONDS
+        source = RECONNECT_ENV
+    try:
+        seconds = float(value)
+    except (TypeError, ValueError):
+        raise ReconnectSettingError(f"{source} must be a number of seconds, got {value!r}") from None
+    if not math.isfinite(seconds) or seconds < 0:
+        raise ReconnectSettingError(f"{source} must be a number of seconds, 0 or more, got {value!r}")
+    return seconds
+
+
+def transport_failure(error: BaseException) -> str | None:
+    """Why `error` looks like a lost connection rather than an answer (None: it is an answer).
+
+    UNAVAILABLE is the server not being there (or shutting down); UNKNOWN carries the core's
+    "transport error" when a connection breaks mid-call. Timeouts and cancellations are
+    ambiguous (a query nobody answers times out too), so `Reconnect` asks the server about them.
+    """
+    if isinstance(error, RPCError):
+        if error.status == RPCStatusCode.UNAVAILABLE:
+            return error.message or "server unavailable"
+        if error.status == RPCStatusCode.UNKNOWN and any(word in error.message.lower() for word in _TRANSPORT_WORDS):
+            return error.message
+    return None
+
+
+def _ambiguous(error: BaseException) -> str | None:
+    """A timeout or cancellation of the call itself: an outage only if the server is out of reach."""
+    if isinstance(error, RPCError) and error.status in (RPCStatusCode.DEADLINE_EXCEEDED, RPCStatusCode.CANCELLED):
+        return error.message or error.status.name.lower().replace("_", " ")
+    if isinstance(error, RPCTimeoutOrCancelledError):
+        cause = error.__cause__
+        if isinstance(cause, asyncio.CancelledError) or cause is None:
+            return None  # our own task was cancelled (Ctrl-C): never retried
+        return transport_failure(cause) or _ambiguous(cause)
+    return None
+
+
+T = TypeVar("T")
+
+
+class Reconnect:
+    """Repeats a call through a lost connection to Temporal, with backoff, for a bounded time.
+
+    Only a lost connection is retried (see `transport_failure`); any answer the server gives,
+    including a refusal, goes straight back to the caller. The first loss is announced once
+    (`announce`, by default a line on stderr); the announcement is made again only after a
+    call has succeeded since. If the server is not back within `seconds` of the loss,
+    `TemporalUnreachable` says so in one line. The temporalio client reconnects by itself on
+    its next call once the server answers, so a probe that succeeds means the call can be
+    repeated; callers make that repeat safe (the same update id, a read of what landed).
+    """
+
+    def __init__(
+        self, client: Client, seconds: float | str | None = None, *, announce: Callable[[str], None] | None = None,
+    ) -> None:
+        self.client = client
+        self.seconds = reconnect_seconds(seconds)
+        self._announce = announce or _to_stderr
+        self._announced = False
+
+    @property
+    def address(self) -> str:
+        return self.client.service_client.config.target_host
+
+    async def call(self, operation: Callable[[], Awaitable[T]], doing: str) -> T:
+        """`await operation()`, repeated after each lost connection; `doing` words the give-up line."""
+        while True:
+            try:
+                result = await operation()
+            except Exception as error:
+                reason = await self.lost(error)
+                if reason is None:
+                    raise
+                await self._ride_out(reason, doing)
+                continue
+            self._announced = False
+            return result
+
+    async def lost(self, error: BaseException) -> str | None:
+        """Why `error` means the server is out of reach (None if it is an answer to act on)."""
+        reason = transport_failure(error)
+        if reason is not None:
+            return reason
+        reason = _ambiguous(error)
+        if reason is not None and not await self.reachable():
+            return reason
+        return None
+
+    async def reachable(self, timeout: float = PROBE_TIMEOUT) -> bool:
+        """Whether the server answers a trivial call now (any answer counts, even a refusal)."""
+        return await self._probe(timeout) is None
+
+    async def _probe(self, timeout: float) -> str | None:
+        """None if the server answers now, else why not."""
+        try:
+            await self.client.workflow_service.get_system_info(
+                GetSystemInfoRequest(), retry=False, timeout=timedelta(seconds=max(timeout, 0.1)),
+            )
+        except RPCError as error:
+            return transport_failure(error) or _ambiguous(error)
+        return None
+
+    async def _ride_out(self, reason: str, doing: str) -> None:
+        loop = asyncio.get_running_loop()
+        lost_at = loop.time()
+        if self.seconds > 0 and not self._announced:
+            self._announced = True
+            self._announce(
+                f"conductor: lost the Temporal server at {self.address} ({reason}); "
+                f"reconnecting for up to {self.seconds:g} s ..."
+            )
+        delay = BACKOFF_FIRST
+        while True:
+            remaining = self.seconds - (loop.time() - lost_at)
+            if remaining <= 0:
+                raise TemporalUnreachable(
+                    f"gave up {doing}: the Temporal server at {self.address} did not come back within "
+                    f"{self.seconds:g} s ({reason}); {RECONNECT_ENV} sets how long to wait"
+                )
+            await asyncio.sleep(min(delay, remaining))
+            delay = min(delay * 2, BACKOFF_CAP)
+            remaining = self.seconds - (loop.time() - lost_at)
+            still = await self._probe(min(PROBE_TIMEOUT, max(remaining, 0.1)))
+            if still is None:
+                return
+            reason = still
+
+
+def _to_stderr(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)

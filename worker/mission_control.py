@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import uuid
 from collections.abc import Awaitable, Callable
 
 from pydantic import ValidationError
@@ -11,6 +12,7 @@ from temporalio.common import SearchAttributePair, TypedSearchAttributes, Workfl
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError
 
+from worker.connection import Reconnect
 from workflows.mission.aggregation import is_final
 from workflows.mission.ledger import MissionLedger
 from workflows.mission.messages import MISSION_WORKFLOW, MissionInput, ReviewRequest, mission_workflow_id
@@ -49,10 +51,25 @@ def parse_spec(data: object) -> MissionSpec:
 
 
 class MissionControl:
-    def __init__(self, client: Client, task_queue: str, *, search_attributes: bool = True) -> None:
+    """Start and operate missions. Every call after `start` rides out a Temporal restart or a network
+    break (see `worker.connection.Reconnect`): it says so once through `announce` (default: a line on
+    stderr) and gives up with `TemporalUnreachable` after `reconnect_seconds` (default:
+    $CONDUCTOR_RECONNECT_SECONDS, else 60). For the shortest silence before that, connect the client
+    with `worker.connection.CLI_RETRY_CONFIG`, as the CLI does."""
+
+    def __init__(
+        self,
+        client: Client,
+        task_queue: str,
+        *,
+        search_attributes: bool = True,
+        reconnect_seconds: float | None = None,
+        announce: Callable[[str], None] | None = None,
+    ) -> None:
         self._client = client
         self._task_queue = task_queue
         self._search_attributes = search_attributes
+        self._reconnect = Reconnect(client, reconnect_seconds, announce=announce)
 
     def handle(self, mission_id: str) -> WorkflowHandle:
         return self._client.get_workflow_handle(mission_workflow_id(mission_id), result_type=MissionLedger)
@@ -97,10 +114,16 @@ class MissionControl:
     async def wait_for_verdict(self, mission_id: str) -> MissionLedger:
         """The ledger once the verdict settles; for a mission already closed, its final ledger."""
         handle = self.handle(mission_id)
+        # One update id for every attempt: a repeat after a lost connection joins the update the server
+        # already holds instead of adding another (the update only waits, so either would be correct).
+        update_id = f"wait-for-verdict-{uuid.uuid4()}"
+        doing = f"waiting for the verdict of mission {mission_id} (it carries on in Temporal)"
         try:
-            return await handle.execute_update("wait_for_verdict", result_type=MissionLedger)
+            return await self._reconnect.call(
+                lambda: handle.execute_update("wait_for_verdict", id=update_id, result_type=MissionLedger), doing,
+            )
         except (RPCError, WorkflowUpdateFailedError):
-            description = await handle.describe()
+            description = await self._reconnect.call(handle.describe, doing)
             if description.status == WorkflowExecutionStatus.RUNNING:
                 raise
             return await self.show(mission_id)
@@ -110,23 +133,66 @@ class MissionControl:
         return await self.wait_for_verdict(spec.mission_id)
 
     async def show(self, mission_id: str) -> MissionLedger:
-        return await self.handle(mission_id).query("ledger", result_type=MissionLedger)
+        handle = self.handle(mission_id)
+        return await self._reconnect.call(
+            lambda: handle.query("ledger", result_type=MissionLedger), f"reading the ledger of mission {mission_id}",
+        )
 
     async def review(self, mission_id: str, *, approve: bool, operator: str, reason: str) -> MissionLedger:
         request = ReviewRequest(operator=operator, decision="approve" if approve else "reject", reason=reason)
+        handle = self.handle(mission_id)
+        # The same update id on every attempt: the server answers a repeat of an update it already
+        # ran with that update's outcome, instead of running the review again.
+        update_id = f"review-{uuid.uuid4()}"
+        attempts = 0
+
+        async def send() -> MissionLedger:
+            nonlocal attempts
+            attempts += 1
+            return await handle.execute_update("review", request, id=update_id, result_type=MissionLedger)
+
         try:
-            return await self.handle(mission_id).execute_update("review", request, result_type=MissionLedger)
+            return await self._reconnect.call(send, f"sending the review of mission {mission_id}")
         except WorkflowUpdateFailedError as error:
             cause = error.cause
-            raise ReviewRefused(getattr(cause, "message", None) or str(cause)) from None
+            refusal = ReviewRefused(getattr(cause, "message", None) or str(cause))
         except RPCError as error:
-            raise ReviewRefused(f"mission {mission_id} cannot take a review: {error.message}") from None
+            refusal = ReviewRefused(f"mission {mission_id} cannot take a review: {error.message}")
+        if attempts > 1:
+            # A repeat after a lost connection is refused when the first attempt landed and the
+            # server no longer has its outcome (the mission closed): then the ledger holds this review.
+            ledger = await self.show(mission_id)
+            if ledger.review is not None and (ledger.review.operator, ledger.review.decision, ledger.review.reason) == (
+                request.operator, request.decision, request.reason,
+            ):
+                return ledger
+        raise refusal from None
 
     async def stop(self, mission_id: str) -> None:
-        await self.handle(mission_id).signal("stop")
+        await self._deliver(mission_id, "stop", lambda handle: handle.signal("stop"))
 
     async def cancel(self, mission_id: str) -> None:
-        await self.handle(mission_id).cancel()
+        await self._deliver(mission_id, "cancel", lambda handle: handle.cancel())
+
+    async def _deliver(self, mission_id: str, what: str, send: Callable[[WorkflowHandle], Awaitable[None]]) -> None:
+        """Send a stop or cancel request, repeated after a lost connection (both are idempotent)."""
+        handle = self.handle(mission_id)
+        attempts = 0
+
+        async def attempt() -> None:
+            nonlocal attempts
+            attempts += 1
+            await send(handle)
+
+        try:
+            await self._reconnect.call(attempt, f"sending the {what} request for mission {mission_id}")
+        except RPCError:
+            # A repeat is refused when the first attempt landed and the mission has closed since: done.
+            if attempts == 1:
+                raise
+            description = await self._reconnect.call(handle.describe, f"checking mission {mission_id}")
+            if description.status == WorkflowExecutionStatus.RUNNING:
+                raise
 
     async def watch(
         self,
@@ -135,7 +201,8 @@ class MissionControl:
         *,
         interval: float = 0.5,
     ) -> MissionLedger:
-        """Call `on_change` with each new ledger until the mission's verdict settles."""
+        """Call `on_change` with each new ledger until the mission's verdict settles (through restarts:
+        each read rides out a lost server)."""
         last_seq = -1
         while True:
             ledger = await self.show(mission_id)

@@ -25,6 +25,7 @@ from pydantic import ValidationError
 from worker import admission_views as views
 from worker.admission_live import LiveAdmission, LiveError, open_client
 from worker.config import WorkerConfig
+from worker.connection import ReconnectSettingError
 from worker.simulator import TraceError, describe_validation_error, load_policy, simulate
 from workflows.admission.messages import LeaseRow, PolicyChange, QueueRow, UsageRow, WhatIf
 from workflows.admission.model import AdmissionPolicy, AdmissionRequest, AuditEvent
@@ -133,7 +134,10 @@ def _run_live(host_group: str, body: Callable[[LiveAdmission], Awaitable[int]]) 
 
     try:
         return asyncio.run(main())
-    except LiveError as error:
+    except ReconnectSettingError as error:  # a bad CONDUCTOR_RECONNECT_SECONDS: nothing was sent
+        print(f"conductor: {error}", file=sys.stderr)
+        return 2
+    except LiveError as error:  # includes giving up on a server that went away (Unreachable)
         print(f"conductor: {error}", file=sys.stderr)
         return 1
 

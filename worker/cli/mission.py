@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 from worker.config import WorkerConfig
-from worker.connection import connect
+from worker.connection import CLI_RETRY_CONFIG, ReconnectSettingError, connect
 from worker.ledger_view import render_ledger, render_progress
 from worker.mission_control import MissionControl, MissionIdUsed, MissionSpecError, ReviewRefused, parse_spec
 from workflows.mission.ledger import MissionLedger
@@ -59,9 +59,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def _run(coroutine) -> int:
     try:
         return asyncio.run(coroutine)
-    except (MissionSpecError, MissionIdUsed, ReviewRefused, ConnectionError) as error:
+    except (MissionSpecError, MissionIdUsed, ReviewRefused, ReconnectSettingError, ConnectionError) as error:
+        # ConnectionError includes TemporalUnreachable: the server stayed away past the reconnect bound.
         print(f"conductor: {error}", file=sys.stderr)
-        return 2 if isinstance(error, (MissionSpecError, MissionIdUsed)) else 1
+        return 2 if isinstance(error, (MissionSpecError, MissionIdUsed, ReconnectSettingError)) else 1
 
 
 def _load_spec(path: Path):
@@ -75,7 +76,7 @@ def _load_spec(path: Path):
 
 
 async def _control() -> MissionControl:
-    return MissionControl(await connect(), WorkerConfig.from_env().task_queue)
+    return MissionControl(await connect(retry_config=CLI_RETRY_CONFIG), WorkerConfig.from_env().task_queue)
 
 
 async def _start(args: argparse.Namespace) -> int:
