@@ -2,8 +2,10 @@
 
 The JSON Schema in `workflows/fleet_workload_v1/` is the authority; these models accept
 exactly what it accepts (tests cross-check them against it), with one extra restriction the schema
-cannot express: credential material never crosses the boundary, so keys that name a credential are
-rejected at any depth, including inside the otherwise open `spec.orchestrator_metadata`.
+cannot express: credential material never crosses the boundary, so keys that name a credential and
+strings that look like one (a JWT, `Bearer ...`, an API key) are rejected at any depth, including
+inside the otherwise open `spec.orchestrator_metadata`. What counts as credential material is
+decided in one place for the whole product: `workflows.credential_material`.
 
 Why the models are stricter than pydantic's defaults: the schema does not coerce (`"1"` is not an
 integer, `1` is not a boolean, a unix time is not a date-time), optional fields may be omitted but
@@ -23,7 +25,6 @@ import json
 import re
 import types
 import typing
-from collections.abc import Iterable, Iterator
 from datetime import datetime, timedelta, timezone
 from typing import Annotated, Any, ClassVar, Literal, Optional, TypeVar, Union
 
@@ -45,6 +46,15 @@ from pydantic import (
     model_validator,
 )
 from pydantic_core import PydanticCustomError
+
+from workflows.credential_material import (
+    ALLOWED_REF_KEYS,
+    Finding,
+    credential_paths,
+    find_credential_material,
+    is_credential_key,
+    json_path,
+)
 
 __all__ = [
     "API_VERSION",
@@ -110,16 +120,6 @@ TERMINAL_OBSERVED_STATES: frozenset[ObservedState] = frozenset({"succeeded"}) | 
 # States that never count as success: they always need an operator (the design's "fail closed").
 REVIEW_REQUIRED_STATES: frozenset[ObservedState] = frozenset({"unknown", "operator-review-required"})
 
-# References to credentials are how a workload names what it needs without carrying it.
-ALLOWED_REF_KEYS = frozenset({"credential_policy_ref", "network_policy_ref"})
-_CREDENTIAL_WORDS = frozenset(
-    {"credential", "credentials", "secret", "secrets", "password", "token", "privatekey", "accesskey", "apikey"}
-)
-_CREDENTIAL_WORD_PAIRS = frozenset({("private", "key"), ("access", "key"), ("api", "key")})
-# Words of a key: split on any non-alphanumeric and on camelCase humps ("githubToken", "APIKey").
-_KEY_WORD = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|[0-9]+")
-
-_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _WHITESPACE = re.compile(r"\s")  # Python's \s, the same set the reference validator uses
 _TRUST_TIER = re.compile(r"T[0-9]+")
 _SHA256 = re.compile(r"[a-f0-9]{64}")
@@ -136,60 +136,35 @@ _CREDENTIAL_MESSAGE = (
     "credential material must not cross the contract boundary: remove key {key} and name the "
     "credential through spec.policy.credential_policy_ref instead"
 )
+_CREDENTIAL_TEXT_MESSAGE = (
+    "credential material must not cross the contract boundary: this is {what}; remove it and name the "
+    "credential through spec.policy.credential_policy_ref instead"
+)
 
 
-# --- JSON paths and credential keys -------------------------------------------------------------
-
-
-def json_path(loc: Iterable[int | str]) -> str:
-    """`("records", 0, "status", "health")` -> `$.records[0].status.health` (odd keys as `['db-password']`)."""
-    parts = ["$"]
-    for part in loc:
-        if isinstance(part, int):
-            parts.append(f"[{part}]")
-        elif _IDENTIFIER.fullmatch(part):
-            parts.append(f".{part}")
-        else:
-            escaped = part.replace("\\", "\\\\").replace("'", "\\'")
-            parts.append(f"['{escaped}']")
-    return "".join(parts)
-
-
-def is_credential_key(name: str) -> bool:
-    """True when a key names credential material (`github_token`, `db-password`, `apiKey`, `SECRET`)."""
-    if name.lower() in ALLOWED_REF_KEYS:
-        return False
-    words = [word.lower() for word in _KEY_WORD.findall(name)]
-    return any(word in _CREDENTIAL_WORDS for word in words) or any(
-        pair in _CREDENTIAL_WORD_PAIRS for pair in zip(words, words[1:])
-    )
-
-
-def _credential_key_locs(value: object, loc: tuple[int | str, ...] = ()) -> Iterator[tuple[int | str, ...]]:
-    if isinstance(value, dict):
-        for key, item in value.items():
-            key_loc = (*loc, str(key))
-            if is_credential_key(str(key)):
-                yield key_loc
-            yield from _credential_key_locs(item, key_loc)
-    elif isinstance(value, (list, tuple)):
-        for index, item in enumerate(value):
-            yield from _credential_key_locs(item, (*loc, index))
+# --- credential material (the rules: workflows/credential_material.py) ---------------------------
 
 
 def find_credential_keys(value: object) -> list[str]:
     """JSON paths (`$.spec.orchestrator_metadata.db['db-password']`) of every credential-named key, in order."""
-    return [json_path(loc) for loc in _credential_key_locs(value)]
+    return credential_paths(value, values=False)
+
+
+def _credential_message(finding: Finding) -> str:
+    """Name a credential-named key; never echo text that looks like a credential."""
+    if finding.in_key and finding.what == "a key that names a credential":
+        return _CREDENTIAL_MESSAGE.format(key=repr(finding.loc[-1]))
+    return _CREDENTIAL_TEXT_MESSAGE.format(what=finding.what)
 
 
 def _reject_credential_keys(metadata: dict[str, Any]) -> dict[str, Any]:
-    locs = list(_credential_key_locs(metadata))
-    if locs:
-        shown = ", ".join(repr(loc[-1]) for loc in locs)
+    findings = find_credential_material(metadata)
+    if findings:
+        shown = ", ".join(finding.describe() for finding in findings[:8])
         raise PydanticCustomError(
             "contract.credential_keys",
-            "credential material must not cross the contract boundary (keys: {shown})",
-            {"shown": shown, "keys": locs},
+            "credential material must not cross the contract boundary ({shown})",
+            {"shown": shown, "findings": [(f.loc, _credential_message(f)) for f in findings]},
         )
     return metadata
 
@@ -619,9 +594,7 @@ def describe_validation_error(error: ValidationError) -> list[tuple[str, str]]:
         ctx = detail.get("ctx") or {}
         value = detail.get("input")
         if kind == "contract.credential_keys":
-            issues.extend(
-                (json_path(loc + sub), _CREDENTIAL_MESSAGE.format(key=repr(sub[-1]))) for sub in ctx["keys"]
-            )
+            issues.extend((json_path(loc + sub), message) for sub, message in ctx["findings"])
             continue
         loc += tuple(ctx.get("at", ()))
         if kind == "extra_forbidden":
@@ -657,7 +630,7 @@ def parse_document(data: object) -> ContractDocument:
     """Validate decoded JSON as one of the three documents, chosen by `document_type`.
 
     Raises `ContractError` listing every problem found, including credential-named keys nested
-    under fields that are themselves unknown.
+    under fields that are themselves unknown, and strings anywhere that look like a credential.
     """
     if not isinstance(data, dict):
         raise ContractError([("$", f"must be a JSON object with a document_type (got {_describe(data)})")])
@@ -675,9 +648,9 @@ def parse_document(data: object) -> ContractDocument:
         except ValidationError as error:
             issues = describe_validation_error(error)
     reported = {path for path, _ in issues}
-    for loc in _credential_key_locs(data):
-        if json_path(loc) not in reported:
-            issues.append((json_path(loc), _CREDENTIAL_MESSAGE.format(key=repr(loc[-1]))))
+    for finding in find_credential_material(data):
+        if finding.path not in reported:
+            issues.append((finding.path, _credential_message(finding)))
     if issues or document is None:
         raise ContractError(issues)
     return document

@@ -8,6 +8,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from workflows.admission.model import Identifier, PriorityClass, RuntimeKind
 from workflows.contract import ArtifactKind, Budgets, WorkloadKind, WorkloadPolicy
+from workflows.credential_material import find_credential_material
 
 LONG_LIVED_KINDS: frozenset[str] = frozenset({"daemon", "persistent-agent", "scheduled-collector"})
 
@@ -106,4 +107,20 @@ class MissionSpec(_Spec):
             )
         if problems:
             raise ValueError("; ".join(problems))
+        return self
+
+    @model_validator(mode="after")
+    def _no_credential_material(self) -> "MissionSpec":
+        """A spec travels into workflow histories, ledgers and records: no secret may ride in it.
+
+        Values only (the spec's keys are its own field names): a prompt is a shell command, so
+        `curl -H "Authorization: Bearer $TOKEN"` passes and a literal token does not.
+        """
+        findings = find_credential_material(self.model_dump(mode="json"), keys=False, limit=8)
+        if findings:
+            raise ValueError(
+                "credential material must not be put in a mission spec: "
+                + "; ".join(f"{finding.path.removeprefix('$.')}: {finding.what}" for finding in findings)
+                + ". Pass secrets through the worker's environment instead (refer to them as $NAME in a prompt)"
+            )
         return self
