@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from pydantic import ValidationError
+
+from worker.inputs import InputError, read_json
 from workflows.admission.messages import ADMISSION_TASK_QUEUE
 from workflows.admission.model import AdmissionPolicy
 
@@ -43,7 +45,7 @@ class WorkerConfig:
         policy = DEFAULT_POLICY
         policy_file = env.get("CONDUCTOR_ADMISSION_POLICY")
         if policy_file:
-            policy = AdmissionPolicy.model_validate(json.loads(Path(policy_file).read_text()))
+            policy = _policy_from_file(policy_file)
         substrate_url = env.get("CONDUCTOR_SUBSTRATE_URL", DEFAULT_SUBSTRATE_URL)
         return cls(
             data_dir=Path(env.get("CONDUCTOR_DATA_DIR", ".conductor")),
@@ -52,3 +54,15 @@ class WorkerConfig:
             fleet_url=substrate_url,
             executor_url=substrate_url,
         )
+
+
+def _policy_from_file(path: str) -> AdmissionPolicy:
+    """CONDUCTOR_ADMISSION_POLICY, through the CLI's front door: InputError (one line) if unusable."""
+    data = read_json(path, "admission policy (CONDUCTOR_ADMISSION_POLICY)")
+    try:
+        return AdmissionPolicy.model_validate(data)
+    except ValidationError as error:
+        problems = "; ".join(
+            f"{'.'.join(str(part) for part in item['loc']) or '(document)'}: {item['msg']}" for item in error.errors()
+        )
+        raise InputError(f"invalid admission policy {path} (CONDUCTOR_ADMISSION_POLICY): {problems}") from None

@@ -13,6 +13,8 @@ from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError
 
 from worker.connection import Reconnect
+from worker.inputs import one_line
+from workflows.contract import json_path
 from workflows.mission.aggregation import is_final
 from workflows.mission.ledger import MissionLedger
 from workflows.mission.messages import MISSION_WORKFLOW, MissionInput, ReviewRequest, mission_workflow_id
@@ -20,11 +22,18 @@ from workflows.mission.search import MISSION_AGGREGATION, MISSION_HOST_GROUP, MI
 from workflows.mission.spec import MissionSpec
 
 
-class MissionSpecError(ValueError):
-    """A spec that cannot start a mission; `problems` lists every one of them."""
+MAX_PROBLEMS_SHOWN = 10
 
-    def __init__(self, problems: list[str]) -> None:
-        super().__init__("invalid mission spec:\n" + "\n".join(f"  - {problem}" for problem in problems))
+
+class MissionSpecError(ValueError):
+    """A spec that cannot start a mission; `problems` lists every one of them. The message is
+    one line (the first MAX_PROBLEMS_SHOWN of them), so that a terminal or a log shows it whole."""
+
+    def __init__(self, problems: list[str], source: str | None = None) -> None:
+        shown = "; ".join(problems[:MAX_PROBLEMS_SHOWN])
+        if len(problems) > MAX_PROBLEMS_SHOWN:
+            shown += f"; and {len(problems) - MAX_PROBLEMS_SHOWN} more"
+        super().__init__(one_line(f"invalid mission spec{f' {source}' if source else ''}: {shown}"))
         self.problems = problems
 
 
@@ -37,17 +46,19 @@ class MissionIdUsed(ValueError):
     requests all carry that id, so a second mission under it would be mistaken for the first."""
 
 
-def parse_spec(data: object) -> MissionSpec:
-    """Validate a spec completely, before anything starts; every problem is listed."""
+def parse_spec(data: object, source: str | None = None) -> MissionSpec:
+    """Validate a spec completely, before anything starts; every problem is listed (`source`,
+    e.g. the file it came from, names it in the message). The limits a spec is held to are
+    the model's own (workflows.mission.spec, workflows.limits), so every way in refuses the same."""
     try:
         return MissionSpec.model_validate(data)
     except ValidationError as error:
         problems = []
         for item in error.errors():
-            where = ".".join(str(part) for part in item["loc"]) or "spec"
+            where = json_path(item["loc"]).removeprefix("$").removeprefix(".")
             message = item["msg"].removeprefix("Value error, ")
-            problems.append(f"{where}: {message}" if where != "spec" else message)
-        raise MissionSpecError(problems) from None
+            problems.append(f"{where}: {message}" if where else message)
+        raise MissionSpecError(problems, source) from None
 
 
 class MissionControl:

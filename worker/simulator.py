@@ -3,18 +3,21 @@
 It is both the operator's what-if tool (replay a day of requests against a new
 quota policy) and the engine's black-box interface. Every input line yields
 exactly one output line, in order; a bad line yields an error line and the run
-goes on, so one typo does not hide the rest of a day's trace.
+goes on, so one typo does not hide the rest of a day's trace. Lines come in through
+`worker.inputs` (`read_lines`, `parse_json`): a line too long, not UTF-8 or beyond the JSON
+limits is such an error line too.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Iterator
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import Any
 
 from pydantic import TypeAdapter, ValidationError
 
+from worker.inputs import InputError, parse_json
 from workflows.admission import engine
 from workflows.admission.model import (
     AdmissionPolicy,
@@ -30,6 +33,10 @@ from workflows.admission.model import (
 )
 
 _MOMENT = TypeAdapter(datetime)
+# The engine counts microseconds from 1970 and adds timeouts and leases of up to a year
+# (workflows.limits.MAX_DURATION_SECONDS) to a moment: every moment stays inside these years.
+EARLIEST = datetime(1970, 1, 1, tzinfo=timezone.utc)
+LATEST = datetime(9000, 1, 1, tzinfo=timezone.utc)
 
 
 class TraceError(ValueError):
@@ -49,6 +56,14 @@ def describe_validation_error(error: ValidationError, prefix: str = "") -> str:
     return "; ".join(parts)
 
 
+def check_moment(moment: datetime, what: str) -> None:
+    """TraceError unless `moment` (timezone-aware) lies where the engine's arithmetic works."""
+    if not EARLIEST <= moment < LATEST:
+        raise TraceError(
+            "invalid-line", f"`{what}` must lie between {EARLIEST:%Y-%m-%d} and {LATEST:%Y-%m-%d}: {moment.isoformat()}"
+        )
+
+
 def load_policy(data: object) -> AdmissionPolicy:
     try:
         return AdmissionPolicy.model_validate(data)
@@ -59,9 +74,9 @@ def load_policy(data: object) -> AdmissionPolicy:
 def parse_line(line: str) -> tuple[str | None, datetime, object]:
     """(op name, time, engine operation) for one trace line, or TraceError."""
     try:
-        entry = json.loads(line)
-    except json.JSONDecodeError as error:
-        raise TraceError("invalid-line", f"not JSON: {error.msg} at column {error.colno}") from None
+        entry = parse_json(line)
+    except InputError as error:
+        raise TraceError("invalid-line", error.report) from None
     if not isinstance(entry, dict):
         raise TraceError("invalid-line", "a trace line must be a JSON object with `at` and `op`")
     op = entry.get("op")
@@ -73,10 +88,12 @@ def parse_line(line: str) -> tuple[str | None, datetime, object]:
         raise TraceError("invalid-line", f"`at` is not an RFC 3339 time: {entry['at']!r}") from None
     if at.tzinfo is None:
         raise TraceError("invalid-line", f"`at` needs a UTC offset, e.g. 2026-01-01T00:00:00Z: {entry['at']!r}")
+    check_moment(at, "at")
     allowed = {"submit": {"request"}, "renew": {"request_id", "lease_revision"}, "release": {"request_id"},
                "cancel": {"request_id"}, "reconcile": set(), "snapshot": set(), "set_policy": {"policy"}}
-    if op not in allowed:
-        raise TraceError("invalid-line", f"unknown op {op!r}; expected one of {', '.join(allowed)}")
+    if not isinstance(op, str) or op not in allowed:
+        shown = repr(op) if isinstance(op, str) and len(op) <= 60 else json.dumps(op)[:60]
+        raise TraceError("invalid-line", f"unknown op {shown}; expected one of {', '.join(allowed)}")
     unknown = set(entry) - {"at", "op"} - allowed[op]
     if unknown:
         raise TraceError("invalid-line", f"unknown keys for {op}: {', '.join(sorted(unknown))}")
@@ -87,6 +104,10 @@ def parse_line(line: str) -> tuple[str | None, datetime, object]:
                 raise TraceError("invalid-request", "submit needs a `request` object")
             request = {"submitted_at": entry["at"], **request}
             operation: object = Submit(request=AdmissionRequest.model_validate(request))
+            try:
+                check_moment(operation.request.submitted_at, "request.submitted_at")  # type: ignore[attr-defined]
+            except TraceError as error:
+                raise TraceError("invalid-request", str(error)) from None
         elif op in ("renew", "release", "cancel"):
             if "request_id" not in entry:
                 raise TraceError("invalid-line", f"{op} needs a `request_id`")
@@ -102,10 +123,16 @@ def parse_line(line: str) -> tuple[str | None, datetime, object]:
     return op, at, operation
 
 
-def simulate(policy: AdmissionPolicy, lines: Iterable[str], *, audit: bool = False) -> Iterator[dict[str, Any]]:
-    """Yield one output object per non-blank input line (plus audit events when asked)."""
+def simulate(
+    policy: AdmissionPolicy, lines: Iterable[str | InputError], *, audit: bool = False
+) -> Iterator[dict[str, Any]]:
+    """Yield one output object per non-blank input line (plus audit events when asked); a line
+    that could not be read (an InputError from `worker.inputs.read_lines`) yields an error line."""
     state = engine.new_state(policy)
     for number, line in enumerate(lines, start=1):
+        if isinstance(line, InputError):
+            yield {"op": None, "ok": False, "error": {"code": "invalid-line", "message": f"line {number}: {line.report}"}}
+            continue
         if not line.strip():
             continue
         try:
@@ -132,8 +159,8 @@ def result_to_json(result: OpResult) -> dict[str, Any]:
 
 def _op_name(line: str) -> str | None:
     try:
-        entry = json.loads(line)
-    except json.JSONDecodeError:
+        entry = parse_json(line)
+    except InputError:
         return None
     op = entry.get("op") if isinstance(entry, dict) else None
     return op if isinstance(op, str) else None

@@ -3,15 +3,21 @@
 Each module in `SUBCOMMANDS` exposes `register(subparsers)`, which adds its
 parsers and sets `func` (a callable taking the parsed namespace and returning
 an exit code) on each leaf.
+
+Bad input (a file, standard input, an argument's value) is refused through
+`worker.inputs`: a command raises `InputError` before anything is sent, and
+`run` prints its one line as `conductor: <message>` and exits 2.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from collections.abc import Sequence
 
+from worker.inputs import InputError
 from worker.process import exit_now
 
 SUBCOMMANDS = (
@@ -39,12 +45,21 @@ def build_parser() -> argparse.ArgumentParser:
 def run(argv: Sequence[str] | None = None) -> int:
     """Parse and run one command; returns its exit code (used by tests)."""
     args = build_parser().parse_args(argv)
-    return int(args.func(args) or 0)
+    try:
+        return int(args.func(args) or 0)
+    except InputError as error:
+        print(f"conductor: {error}", file=sys.stderr)
+        return 2
 
 
 def main() -> None:
     """Console-script entry point."""
-    exit_now(run(sys.argv[1:]))
+    try:
+        code = run(sys.argv[1:])
+    except BrokenPipeError:  # `conductor ... | head`: the reader left; no traceback for that
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # Python's flush at exit fails otherwise
+        code = 141  # as a tool killed by SIGPIPE
+    exit_now(code)
 
 
 if __name__ == "__main__":

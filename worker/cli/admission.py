@@ -3,8 +3,10 @@
 The live commands (queue, leases, usage, audit, what-if, policy show/set) talk
 to the host group's AdmissionWorkflow through `worker.admission_live`; they
 print aligned tables for people and `--json` for scripts, and every failure is
-one line on stderr: exit 2 for a bad input file (nothing is sent), exit 1 when
-the server or the workflow cannot be reached.
+one line on stderr: exit 2 for a bad input file or option (nothing is sent), exit 1
+when the server or the workflow cannot be reached. Files come in through
+`worker.inputs` (size, UTF-8 and JSON limits); `--host-group` holds to the rule a
+mission spec's host_group does, `--operator` to the one the PolicyChange carries.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import argparse
 import asyncio
 import getpass
 import json
+import math
 import os
 import sys
 from collections.abc import Awaitable, Callable
@@ -25,13 +28,16 @@ from pydantic import ValidationError
 from worker import admission_views as views
 from worker.admission_live import LiveAdmission, LiveError, open_client
 from worker.config import WorkerConfig
+from worker.inputs import InputError, check_argument, read_json, read_lines
 from worker.connection import ReconnectSettingError
-from worker.simulator import TraceError, describe_validation_error, load_policy, simulate
+from worker.simulator import TraceError, check_moment, describe_validation_error, load_policy, simulate
 from workflows.admission.messages import LeaseRow, PolicyChange, QueueRow, UsageRow, WhatIf
-from workflows.admission.model import AdmissionPolicy, AdmissionRequest, AuditEvent
+from workflows.admission.model import AdmissionPolicy, AdmissionRequest, AuditEvent, OperatorName
+from workflows.mission.spec import HostGroup
 
 # What a what-if request may leave out: it is never submitted, so these only need plausible values.
 WHAT_IF_DEFAULTS = {"orchestrator_id": "conductor-what-if", "queue_timeout_seconds": 3600}
+MAX_POLICY_WAIT_SECONDS = 3600
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -128,7 +134,14 @@ def _live(command: LiveCommand) -> Callable[[argparse.Namespace], int]:
     return func
 
 
+def _host_group(value: str) -> str:
+    """Only a host group a mission can name: anything else would start an admission workflow no one uses."""
+    return check_argument(HostGroup, value, "--host-group")
+
+
 def _run_live(host_group: str, body: Callable[[LiveAdmission], Awaitable[int]]) -> int:
+    _host_group(host_group)
+
     async def main() -> int:
         return await body(LiveAdmission(await open_client(), host_group))
 
@@ -188,19 +201,19 @@ async def run_policy_show(args: argparse.Namespace, live: LiveAdmission) -> int:
 
 
 def run_what_if(args: argparse.Namespace) -> int:
-    ok, data = _read_json(args.request, "request")
-    if not ok:
-        return 2
+    _host_group(args.host_group)
+    data = read_json(args.request, "request")
     if not isinstance(data, dict):
-        print(f"conductor: invalid request {args.request}: (document): must be a JSON object", file=sys.stderr)
-        return 2
+        raise InputError(f"invalid request {args.request}: (document): must be a JSON object")
     try:
         request = AdmissionRequest.model_validate(
             {**WHAT_IF_DEFAULTS, "submitted_at": datetime.now(timezone.utc), **data}
         )
+        check_moment(request.submitted_at, "submitted_at")
     except ValidationError as error:
-        print(f"conductor: invalid request {args.request}: {describe_validation_error(error)}", file=sys.stderr)
-        return 2
+        raise InputError(f"invalid request {args.request}: {describe_validation_error(error)}") from None
+    except TraceError as error:
+        raise InputError(f"invalid request {args.request}: {error}") from None
 
     async def body(live: LiveAdmission) -> int:
         result = await live.query("what_if", request, result_type=WhatIf)
@@ -211,23 +224,24 @@ def run_what_if(args: argparse.Namespace) -> int:
 
 
 def run_policy_set(args: argparse.Namespace) -> int:
-    ok, data = _read_json(args.policy, "policy")
-    if not ok:
-        return 2
+    _host_group(args.host_group)
+    operator = (args.operator if args.operator is not None else _current_user()).strip()
+    if not operator:
+        raise InputError("--operator is empty: say who is changing the policy")
+    check_argument(OperatorName, operator, "--operator" if args.operator is not None else "--operator (default: $USER)")
+    if not (math.isfinite(args.wait) and 0 <= args.wait <= MAX_POLICY_WAIT_SECONDS):
+        raise InputError(f"--wait {args.wait:g}: give the seconds to wait, 0 to {MAX_POLICY_WAIT_SECONDS}")
+    data = read_json(args.policy, "policy")
     try:
         policy = load_policy(data)
     except TraceError as error:
-        print(f"conductor: invalid policy {args.policy}: {error}", file=sys.stderr)
-        return 2
-    operator = (args.operator if args.operator is not None else _current_user()).strip()
-    if not operator:
-        print("conductor: --operator is empty: say who is changing the policy", file=sys.stderr)
-        return 2
+        raise InputError(f"invalid policy {args.policy}: {error}") from None
     try:
         task_queue = WorkerConfig.from_env().task_queue
-    except Exception as error:  # e.g. a broken CONDUCTOR_ADMISSION_POLICY file: one line, not a traceback
-        print(f"conductor: cannot read the worker configuration from the environment: {error}", file=sys.stderr)
-        return 2
+    except InputError:
+        raise
+    except Exception as error:  # anything else in the environment: one line, not a traceback
+        raise InputError(f"cannot read the worker configuration from the environment: {error}") from None
     change = PolicyChange(operator=operator, policy=policy)
 
     async def body(live: LiveAdmission) -> int:
@@ -246,19 +260,6 @@ def run_policy_set(args: argparse.Namespace) -> int:
     return _run_live(args.host_group, body)
 
 
-def _read_json(path: Path, what: str) -> tuple[bool, Any]:
-    """(True, the file's JSON), or (False, None) after printing why it cannot be used."""
-    try:
-        return True, json.loads(path.read_text(encoding="utf-8"))
-    except OSError as error:
-        print(f"conductor: cannot read {what} {path}: {error.strerror}", file=sys.stderr)
-    except UnicodeDecodeError:
-        print(f"conductor: {what} {path} is not UTF-8 text", file=sys.stderr)
-    except json.JSONDecodeError as error:
-        print(f"conductor: {what} {path} is not JSON: {error.msg} at line {error.lineno}", file=sys.stderr)
-    return False, None
-
-
 def _current_user() -> str:
     user = os.environ.get("USER")
     if user:
@@ -271,22 +272,15 @@ def _current_user() -> str:
 
 def run_simulate(args: argparse.Namespace) -> int:
     try:
-        policy = load_policy(json.loads(args.policy.read_text()))
-    except OSError as error:
-        print(f"conductor: cannot read policy {args.policy}: {error.strerror}", file=sys.stderr)
-        return 2
-    except json.JSONDecodeError as error:
-        print(f"conductor: policy {args.policy} is not JSON: {error.msg} at line {error.lineno}", file=sys.stderr)
-        return 2
+        policy = load_policy(read_json(args.policy, "policy"))
     except TraceError as error:
-        print(f"conductor: invalid policy {args.policy}: {error}", file=sys.stderr)
-        return 2
+        raise InputError(f"invalid policy {args.policy}: {error}") from None
     try:
-        stream = sys.stdin if args.trace == "-" else open(args.trace, encoding="utf-8")
+        # Bytes: each line is decoded (and size-checked) on its own, so one bad line is one error line.
+        stream = sys.stdin if args.trace == "-" else open(args.trace, "rb")
     except OSError as error:
-        print(f"conductor: cannot read trace {args.trace}: {error.strerror}", file=sys.stderr)
-        return 2
+        raise InputError(f"cannot read trace {args.trace}: {error.strerror or error}") from None
     with stream:
-        for output in simulate(policy, stream, audit=args.audit):
+        for output in simulate(policy, read_lines(stream), audit=args.audit):
             sys.stdout.write(json.dumps(output, separators=(",", ":")) + "\n")
     return 0

@@ -1,7 +1,9 @@
 """`conductor contract validate FILE...` and `conductor contract schema`: Fleet Workload Contract v1.
 
 `validate` prints one line per file that passes (`FILE: ok`) and one line per problem otherwise
-(`FILE: $.json.path: message`), so the output can be grepped and fixed line by line.
+(`FILE: $.json.path: message`), so the output can be grepped and fixed line by line. A file that
+cannot be read, is too large, is not UTF-8 or not JSON within the limits (`worker.inputs`) is one
+`FILE: $: problem` line; every line is escaped to stay one line, whatever keys a document has.
 
 `schema` prints the JSON Schema the product ships (workflows/fleet_workload_v1/), byte for byte,
 so a user of an installed wheel can hand it to other tools: `conductor contract schema > v1.json`.
@@ -10,14 +12,12 @@ so a user of an installed wheel can hand it to other tools: `conductor contract 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 
+from worker.inputs import STDIN, STDIN_LABEL, InputError, one_line, parse_json, read_bytes
 from workflows import fleet_workload_v1
 from workflows.contract import ContractError, parse_document
-
-STDIN = "-"
-STDIN_LABEL = "<stdin>"
+from workflows.limits import MAX_CONTRACT_DOCUMENT_BYTES
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -51,9 +51,9 @@ def run_validate(args: argparse.Namespace) -> int:
         label = STDIN_LABEL if name == STDIN else name
         issues = _check(name)
         for path, message in issues:
-            print(f"{label}: {path}: {message}")
+            print(one_line(f"{label}: {path}: {message}"))
         if not issues:
-            print(f"{label}: ok")
+            print(one_line(f"{label}: ok"))
         all_ok = all_ok and not issues
     return 0 if all_ok else 1
 
@@ -65,24 +65,11 @@ def run_schema(args: argparse.Namespace) -> int:
 
 def _check(name: str) -> list[tuple[str, str]]:
     try:
-        raw = sys.stdin.buffer.read() if name == STDIN else _read(name)
-    except OSError as error:
-        return [("$", f"cannot read the file: {error.strerror or error}")]
-    try:
-        data = json.loads(raw, parse_constant=_reject_constant)
-    except (ValueError, UnicodeDecodeError) as error:
-        return [("$", f"not valid JSON: {error}")]
+        data = parse_json(read_bytes(name, "contract document", max_bytes=MAX_CONTRACT_DOCUMENT_BYTES))
+    except InputError as error:
+        return [("$", error.report)]
     try:
         parse_document(data)
     except ContractError as error:
         return error.issues
     return []
-
-
-def _read(name: str) -> bytes:
-    with open(name, "rb") as handle:
-        return handle.read()
-
-
-def _reject_constant(token: str) -> float:
-    raise ValueError(f"{token} is not a JSON value")

@@ -18,8 +18,9 @@ import time
 from importlib import resources
 from pathlib import Path
 
+from worker.inputs import InputError, label, read_json
 from worker.ledger_view import render_ledger, render_progress
-from worker.mission_control import MissionControl, parse_spec
+from worker.mission_control import MissionControl, MissionSpecError, parse_spec
 from worker.stack import DEFAULT_DATA_DIR, DevStack, StackError
 
 
@@ -50,10 +51,14 @@ def _quiet_core_logs() -> None:
 
 def run_demo(args: argparse.Namespace) -> int:
     _quiet_core_logs()
-    data = json.loads(args.spec.read_text()) if args.spec else _bundled_spec()
+    data = read_json(args.spec, "mission spec") if args.spec else _bundled_spec()
     # A fresh id per run, so the demo can be run again on the same data directory.
-    data["mission_id"] = f"{data['mission_id']}-{time.strftime('%Y%m%d-%H%M%S')}"
-    spec = parse_spec(data)
+    if isinstance(data, dict) and isinstance(data.get("mission_id"), str):
+        data["mission_id"] = f"{data['mission_id']}-{time.strftime('%Y%m%d-%H%M%S')}"
+    try:
+        spec = parse_spec(data, source=label(args.spec) if args.spec else None)
+    except MissionSpecError as error:
+        raise InputError(str(error)) from None
     try:
         return asyncio.run(_demo(args, spec))
     except StackError as error:

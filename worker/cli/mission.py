@@ -5,15 +5,20 @@ from __future__ import annotations
 import argparse
 import asyncio
 import getpass
-import json
+import os
 import sys
 from pathlib import Path
 
+from pydantic import ValidationError
+
 from worker.config import WorkerConfig
 from worker.connection import CLI_RETRY_CONFIG, ReconnectSettingError, connect
+from worker.inputs import InputError, check_argument, label, read_json
 from worker.ledger_view import render_ledger, render_progress
 from worker.mission_control import MissionControl, MissionIdUsed, MissionSpecError, ReviewRefused, parse_spec
 from workflows.mission.ledger import MissionLedger
+from workflows.mission.messages import ReviewRequest
+from workflows.mission.spec import MissionSpec, SpecId
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -21,11 +26,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     commands = mission.add_subparsers(dest="mission_command", required=True, metavar="COMMAND")
 
     start = commands.add_parser("start", help="start a mission from a spec file; prints its id")
-    start.add_argument("spec", type=Path)
+    start.add_argument("spec", type=Path, help="mission spec (JSON); - reads standard input")
     start.set_defaults(func=lambda args: _run(_start(args)))
 
     run = commands.add_parser("run", help="start a mission and wait for its verdict; exit 0 only if it completed")
-    run.add_argument("spec", type=Path)
+    run.add_argument("spec", type=Path, help="mission spec (JSON); - reads standard input")
     run.add_argument("--json", action="store_true", help="print the final ledger as JSON")
     run.set_defaults(func=lambda args: _run(_run_mission(args)))
 
@@ -65,14 +70,34 @@ def _run(coroutine) -> int:
         return 2 if isinstance(error, (MissionSpecError, MissionIdUsed, ReconnectSettingError)) else 1
 
 
-def _load_spec(path: Path):
+def _load_spec(path: Path) -> MissionSpec:
+    """Through the front door (worker.inputs: size, UTF-8, JSON limits), then the spec's own rules."""
+    return parse_spec(read_json(path, "mission spec"), source=label(path))
+
+
+def _mission_id(args: argparse.Namespace) -> str:
+    """A mission id argument holds to the rule a spec's mission_id does, so it can name a workflow."""
+    return check_argument(SpecId, args.mission_id, "mission id")
+
+
+def _review_request(args: argparse.Namespace) -> ReviewRequest:
+    """The review as the workflow will take it (operator: a login name; reason: what the ledger keeps)."""
+    operator = args.operator
+    if operator is None:
+        try:
+            operator = os.environ.get("USER") or getpass.getuser()
+        except Exception:  # no USER and no passwd entry (some containers)
+            raise InputError("cannot tell who you are: say who decides with --operator NAME") from None
     try:
-        data = json.loads(path.read_text())
-    except OSError as error:
-        raise MissionSpecError([f"cannot read {path}: {error.strerror}"]) from None
-    except json.JSONDecodeError as error:
-        raise MissionSpecError([f"{path} is not JSON: {error.msg} at line {error.lineno}"]) from None
-    return parse_spec(data)
+        return ReviewRequest(operator=operator, decision="approve" if args.approve else "reject", reason=args.reason)
+    except ValidationError as error:
+        problems = []
+        for item in error.errors():
+            option = f"--{item['loc'][0]}" if item["loc"] else "the review"
+            if option == "--operator" and args.operator is None:
+                option = "--operator (default: your user name)"
+            problems.append(f"{option}: {item['msg'].removeprefix('Value error, ')}")
+        raise InputError(f"cannot send this review: {'; '.join(problems)}") from None
 
 
 async def _control() -> MissionControl:
@@ -98,6 +123,7 @@ async def _run_mission(args: argparse.Namespace) -> int:
 
 
 async def _watch(args: argparse.Namespace) -> int:
+    _mission_id(args)
     control = await _control()
     ledger = await control.watch(args.mission_id, lambda ledger: print(render_progress(ledger), flush=True))
     print(render_ledger(ledger))
@@ -105,20 +131,25 @@ async def _watch(args: argparse.Namespace) -> int:
 
 
 async def _show(args: argparse.Namespace) -> int:
+    _mission_id(args)
     control = await _control()
     _print_ledger(await control.show(args.mission_id), args.json)
     return 0
 
 
 async def _review(args: argparse.Namespace) -> int:
+    _mission_id(args)
+    request = _review_request(args)
     control = await _control()
-    operator = args.operator or getpass.getuser()
-    ledger = await control.review(args.mission_id, approve=args.approve, operator=operator, reason=args.reason)
+    ledger = await control.review(
+        args.mission_id, approve=request.decision == "approve", operator=request.operator, reason=request.reason
+    )
     print(render_ledger(ledger))
     return 0
 
 
 async def _signal(args: argparse.Namespace, what: str) -> int:
+    _mission_id(args)
     control = await _control()
     await (control.stop if what == "stop" else control.cancel)(args.mission_id)
     print(f"{what} requested for mission {args.mission_id}")

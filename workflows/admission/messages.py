@@ -13,14 +13,12 @@ from workflows.admission.model import (
     AdmissionState,
     AuditEvent,
     AuditEventType,
+    OperatorName,
 )
+from workflows.ids import admission_workflow_id  # noqa: F401 (defined once there)
 
 ADMISSION_TASK_QUEUE = "mission-conductor"
 DECISION_SIGNAL = "admission_decided"
-
-
-def admission_workflow_id(host_group: str) -> str:
-    return f"admission:{host_group}"
 
 
 class _Message(BaseModel):
@@ -59,7 +57,7 @@ class CancelBatch(_Message):
 
 
 class PolicyChange(_Message):
-    operator: str
+    operator: OperatorName
     policy: AdmissionPolicy
 
 

@@ -12,6 +12,8 @@ from typing import Annotated, Literal, Union
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
+from workflows.limits import MAX_DURATION_SECONDS, MAX_OPERATOR_CHARS
+
 RuntimeKind = Literal["host", "container", "vm", "microvm", "custom"]
 PriorityClass = Literal["P0", "P1", "P2", "P3"]
 AdmissionState = Literal["queued", "admitted", "denied", "cancelled", "timed-out", "preempted", "released"]
@@ -37,6 +39,23 @@ AwareDatetime = Annotated[datetime, AfterValidator(_aware)]
 Identifier = Annotated[str, Field(min_length=1, max_length=256, pattern=r"^[^\s]+$")]
 Name = Annotated[str, Field(min_length=1, max_length=256)]
 Quota = Annotated[int, Field(ge=0)]
+# A wait the engine turns into a date: bounded so that the date exists (see workflows.limits).
+Duration = Annotated[float, Field(gt=0, le=MAX_DURATION_SECONDS)]
+
+
+def _sensible_name(value: str) -> str:
+    """Who did something, as the audit, the ledger and the logs will name them: one word of
+    printable characters (a login name or an e-mail address), nothing that can break a line."""
+    for position, char in enumerate(value):
+        if char.isspace() or not char.isprintable():
+            raise ValueError(
+                f"must be a login name or an e-mail address without spaces or control characters "
+                f"(found {ascii(char)} at position {position})"
+            )
+    return value
+
+
+OperatorName = Annotated[str, Field(min_length=1, max_length=MAX_OPERATOR_CHARS), AfterValidator(_sensible_name)]
 
 
 class _Strict(BaseModel):
@@ -54,7 +73,7 @@ class AdmissionPolicy(_Strict):
     """Quotas and rules of one host group. Missing quota maps mean 'unlimited'."""
 
     max_concurrent: Quota
-    lease_ttl_seconds: float = Field(default=300, gt=0)
+    lease_ttl_seconds: Duration = 300
     aging_interval_seconds: float = Field(default=30, gt=0)
     allow_preemption: bool = False
     preemption_margin: int = Field(default=0, ge=0)
@@ -83,7 +102,7 @@ class AdmissionRequest(_Strict):
     runtime_kind: RuntimeKind
     priority: int
     submitted_at: AwareDatetime
-    queue_timeout_seconds: float = Field(gt=0)
+    queue_timeout_seconds: Duration
     preemptible: bool = False
     lane: Name | None = None
     priority_class: PriorityClass = "P2"

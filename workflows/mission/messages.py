@@ -7,6 +7,9 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from workflows.admission.messages import RequesterCarry
+from workflows.admission.model import OperatorName
+from workflows.ids import admission_request_id, mission_workflow_id  # noqa: F401 (defined once there)
+from workflows.limits import MAX_REVIEW_REASON_CHARS
 from workflows.mission.ledger import MissionLedger
 from workflows.mission.observation import ChildObservation
 from workflows.mission.planning import Assignment
@@ -14,14 +17,6 @@ from workflows.mission.spec import MissionSpec
 
 MISSION_WORKFLOW = "MissionWorkflow"
 RUNNING_WORKFLOWS = "running_workflows"
-
-
-def mission_workflow_id(mission_id: str) -> str:
-    return f"mission:{mission_id}"
-
-
-def admission_request_id(mission_id: str, child_id: str) -> str:
-    return f"{mission_id}:{child_id}"
 
 
 class WorkflowIds(BaseModel):
@@ -69,6 +64,6 @@ class ReviewRequest(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    operator: str = Field(min_length=1)
+    operator: OperatorName
     decision: Literal["approve", "reject"]
-    reason: str = Field(min_length=1)
+    reason: str = Field(min_length=1, max_length=MAX_REVIEW_REASON_CHARS)  # what the ledger's ReviewDecision keeps

@@ -4,13 +4,94 @@ from __future__ import annotations
 
 from typing import Annotated, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    TypeAdapter,
+    ValidationError,
+    model_validator,
+)
 
-from workflows.admission.model import Identifier, PriorityClass, RuntimeKind
-from workflows.contract import ArtifactKind, Budgets, WorkloadKind, WorkloadPolicy
+from workflows.admission.model import Duration, Identifier, Name, PriorityClass, RuntimeKind
+from workflows.contract import ArtifactKind, Budgets, Id, WorkloadKind, WorkloadPolicy
 from workflows.credential_material import find_credential_material
+from workflows.ids import (
+    admission_request_id,
+    admission_workflow_id,
+    dispatch_id,
+    fleet_child_id,
+    idempotency_key,
+    mission_workflow_id,
+    workload_workflow_id,
+)
+from workflows.limits import (
+    MAX_GOAL_CHARS,
+    MAX_ID_CHARS,
+    MAX_PRIORITY,
+    MAX_PROMPT_CHARS,
+    MAX_SPEC_JSON_BYTES,
+    MAX_WORKFLOW_ID_CHARS,
+    MIN_PRIORITY,
+)
 
 LONG_LIVED_KINDS: frozenset[str] = frozenset({"daemon", "persistent-agent", "scheduled-collector"})
+
+_IDENTIFIER = TypeAdapter(Identifier)
+_CONTRACT_ID = TypeAdapter(Id)
+
+
+def _usable_id(value: object) -> object:
+    """Spec ids become admission ids, fleet contract ids and workflow ids, and are printed:
+    each of those rules holds here (the contract counts \\x1c-\\x1f as whitespace), and an id
+    is printable, so no id can hide a control sequence in a terminal or a log. Runs before
+    `Identifier`'s own checks, so that a bad id is told in words rather than as a pattern."""
+    if not isinstance(value, str):
+        return value  # Identifier says what it should be
+    try:
+        _CONTRACT_ID.validate_python(value)
+    except ValidationError as error:
+        raise ValueError(error.errors()[0]["msg"]) from None
+    for position, char in enumerate(value):
+        if not char.isprintable():
+            raise ValueError(f"must contain printable characters only (found {ascii(char)} at position {position})")
+    return value
+
+
+def _no_nul(value: str) -> str:
+    """A NUL character ends a C string (a /bin/sh argument, a SQLite text): never meaningful here."""
+    if "\x00" in value:
+        raise ValueError(f"must not contain a NUL character (found one at position {value.index(chr(0))})")
+    return value
+
+
+def _derived_id_problem(
+    label: str, template: str, value: str, limit: int, rule: TypeAdapter | None, fields: tuple[str, ...], length: int
+) -> str | None:
+    """Why `value`, `template` filled in from the spec's `fields` (`length` characters of them),
+    would be refused where it is used later; None if it fits."""
+    names = " and ".join(fields)
+    together, make = (" together", "make") if len(fields) > 1 else ("", "makes")
+    if len(value) > limit:
+        return (
+            f"{names} ({length} characters{together}) {make} the {label} {template} {len(value)} characters "
+            f"long, and it may have at most {limit}: shorten {names} to at most "
+            f"{limit - (len(value) - length)} characters{together}"
+        )
+    if rule is not None:
+        try:
+            rule.validate_python(value)
+        except ValidationError as error:
+            return f"the {label} {template} built from {names} would not be a valid id: {error.errors()[0]['msg']}"
+    return None
+
+
+SpecId = Annotated[Identifier, BeforeValidator(_usable_id)]
+# The rule for a host group's name: MissionSpec.host_group and every --host-group of the CLI.
+HostGroup = SpecId
+Text = Annotated[str, AfterValidator(_no_nul)]
 
 
 class _Spec(BaseModel):
@@ -46,23 +127,27 @@ AggregationPolicy = Annotated[
 class ChildSpec(_Spec):
     """One child workload: what runs, where it may run, and how it competes for admission."""
 
-    child_id: Identifier
+    child_id: SpecId
     kind: WorkloadKind
-    prompt: str = Field(min_length=1, description="what the executor runs (a /bin/sh command on the local substrate)")
+    prompt: Text = Field(
+        min_length=1, max_length=MAX_PROMPT_CHARS,
+        description="what the executor runs (a /bin/sh command on the local substrate)",
+    )
     runtime_kind: RuntimeKind = "host"
-    environment: str = Field(default="default", min_length=1)
-    provider: str = Field(default="local", min_length=1)
-    priority: int = 0
+    # Name and Duration: what the admission request built from this child takes.
+    environment: Name = "default"
+    provider: Name = "local"
+    priority: int = Field(default=0, ge=MIN_PRIORITY, le=MAX_PRIORITY)
     preemptible: bool = False
-    lane: str | None = None
+    lane: Name | None = None
     priority_class: PriorityClass = "P2"
     required_evidence: list[ArtifactKind] = Field(default_factory=list)
-    schedule: str | None = Field(default=None, min_length=1)
-    target_id: Identifier | None = None
+    schedule: Text | None = Field(default=None, min_length=1)
+    target_id: SpecId | None = None
     policy: WorkloadPolicy | None = None
     budgets: Budgets = Field(default_factory=lambda: Budgets(max_attempts=1, timeout_seconds=600))
-    verifier: str | None = Field(default=None, min_length=1)
-    queue_timeout_seconds: float = Field(default=3600, gt=0)
+    verifier: Text | None = Field(default=None, min_length=1)
+    queue_timeout_seconds: Duration = 3600
 
     @property
     def long_lived(self) -> bool:
@@ -74,10 +159,10 @@ class ChildSpec(_Spec):
 
 
 class MissionSpec(_Spec):
-    mission_id: Identifier
-    orchestrator_id: Identifier
-    goal: str = Field(min_length=1)
-    host_group: Identifier = "default"
+    mission_id: SpecId
+    orchestrator_id: SpecId
+    goal: Text = Field(min_length=1, max_length=MAX_GOAL_CHARS)
+    host_group: HostGroup = "default"
     aggregation: AggregationPolicy = Field(default_factory=AllPass)
     require_distinct_targets: bool = True
     children: list[ChildSpec] = Field(min_length=1, max_length=1000)
@@ -107,6 +192,54 @@ class MissionSpec(_Spec):
             )
         if problems:
             raise ValueError("; ".join(problems))
+        return self
+
+    @model_validator(mode="after")
+    def _derived_ids_fit(self) -> "MissionSpec":
+        """Every id built from the spec's ids must pass where it is used later, inside a
+        workflow, where a refusal can no longer be fixed: built here with the same functions
+        (workflows.ids) and checked with the same rules."""
+        mission = self.mission_id
+        problems = [
+            problem
+            for problem in (
+                _derived_id_problem("mission workflow id", "mission:<mission_id>", mission_workflow_id(mission),
+                                    MAX_WORKFLOW_ID_CHARS, None, ("mission_id",), len(mission)),
+                _derived_id_problem("admission workflow id", "admission:<host_group>",
+                                    admission_workflow_id(self.host_group), MAX_WORKFLOW_ID_CHARS, None,
+                                    ("host_group",), len(self.host_group)),
+            )
+            if problem is not None
+        ]
+        for index, child in enumerate(self.children):
+            fields, length = ("mission_id", "child_id"), len(mission) + len(child.child_id)
+            derived = (  # the longest first: the first that does not fit is the one to report
+                ("dispatch id", "<mission_id>:<child_id>:dispatch", dispatch_id, MAX_ID_CHARS, _CONTRACT_ID),
+                ("workload workflow id", "workload:<mission_id>:<child_id>", workload_workflow_id,
+                 MAX_WORKFLOW_ID_CHARS, None),
+                ("admission request id", "<mission_id>:<child_id>", admission_request_id, MAX_ID_CHARS, _IDENTIFIER),
+                ("fleet child id", "<mission_id>:<child_id>", fleet_child_id, MAX_ID_CHARS, _CONTRACT_ID),
+                ("idempotency key", "<mission_id>:<child_id>", idempotency_key, MAX_ID_CHARS, _CONTRACT_ID),
+            )
+            for label, template, build, limit, rule in derived:
+                value = build(mission, child.child_id)
+                problem = _derived_id_problem(label, template, value, limit, rule, fields, length)
+                if problem is not None:
+                    problems.append(f"children[{index}].child_id: {problem}")
+                    break
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
+
+    @model_validator(mode="after")
+    def _fits_one_payload(self) -> "MissionSpec":
+        size = len(self.model_dump_json().encode())
+        if size > MAX_SPEC_JSON_BYTES:
+            raise ValueError(
+                f"the spec is {size} bytes as JSON (defaults included); a mission spec may take at most "
+                f"{MAX_SPEC_JSON_BYTES} bytes ({MAX_SPEC_JSON_BYTES // 1024} KiB), since it travels whole in "
+                "one Temporal payload: shorten the prompts, or split the mission"
+            )
         return self
 
     @model_validator(mode="after")

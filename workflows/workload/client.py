@@ -12,9 +12,7 @@ from __future__ import annotations
 
 from temporalio import workflow
 
-
-def workload_workflow_id(mission_id: str, child_id: str) -> str:
-    return f"workload:{mission_id}:{child_id}"
+from workflows.ids import workload_workflow_id  # noqa: F401 (defined once there)
 
 
 async def cancel_workload(workflow_id: str) -> None:

@@ -21,23 +21,9 @@ from workflows.contract import (
     WorkloadSpec,
     WorkloadStatus,
 )
+from workflows.ids import dispatch_id, fleet_child_id, idempotency_key  # defined once there (re-exported)
 from workflows.mission.observation import ChildObservation
 from workflows.workload.messages import TaskDispatch, Verdict, WorkloadInput
-
-
-def idempotency_key(mission_id: str, child_id: str) -> str:
-    return f"{mission_id}:{child_id}"
-
-
-def fleet_child_id(mission_id: str, child_id: str) -> str:
-    """The child's id on the substrate, which every orchestrator shares: qualified by mission,
-    so two missions may both have a child called `build` without colliding."""
-    return f"{mission_id}:{child_id}"
-
-
-def dispatch_id(mission_id: str, child_id: str) -> str:
-    """Also the A2A `messageId`: the executor starts at most one task per dispatch id."""
-    return f"{mission_id}:{child_id}:dispatch"
 
 
 def orchestrator_hints(input: WorkloadInput) -> dict[str, JsonValue]:
