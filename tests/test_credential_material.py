@@ -15,6 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.substrate_support import record_dict
 from workflows.contract import ContractError, find_credential_keys, parse_document
 from workflows.credential_material import (
     credential_paths,
@@ -23,7 +24,6 @@ from workflows.credential_material import (
     value_credential_kind,
 )
 from workflows.mission.spec import MissionSpec
-from tests.substrate_support import record_dict
 
 # --- keys -------------------------------------------------------------------------------------------
 
@@ -125,11 +125,27 @@ def test_a_key_is_reported_once_and_what_it_holds_is_still_walked() -> None:
         ("$.authorization", True, "a key that names a credential"),
         ("$.headers.Cookie", True, "a key that names a credential"),
         ("$.headers.Cookie[1]", False, "a value that looks like a JWT"),
-        (f"$['{JWT}']", True, "a key that looks like a JWT"),
+        ("$[<a JWT>]", True, "a key that looks like a JWT"),  # a path never spells out a credential
     ]
     assert credential_paths(value, keys=False) == ["$.authorization", "$.headers.Cookie[1]"]
     assert credential_paths(value, values=False) == ["$.authorization", "$.headers.Cookie"]
     assert credential_paths(value, limit=2) == ["$.authorization", "$.headers.Cookie"]
+
+
+def test_a_key_shaped_like_a_credential_is_not_echoed_by_the_contract() -> None:
+    record = record_dict("cred-key")
+    record["spec"][JWT] = 1
+    record["spec"]["orchestrator_metadata"] = {"headers": {f"Bearer {JWT}": "v"}}
+    with pytest.raises(ContractError) as caught:
+        parse_document(record)
+    assert sorted(caught.value.issues) == [
+        ("$.spec.orchestrator_metadata.headers[<a bearer authorization value>]",
+         "credential material must not cross the contract boundary: this is a key that looks like a bearer "
+         "authorization value; remove it and name the credential through spec.policy.credential_policy_ref instead"),
+        ("$.spec[<a JWT>]",
+         "credential material must not cross the contract boundary: this is a key that looks like a JWT; remove it "
+         "and name the credential through spec.policy.credential_policy_ref instead"),
+    ]  # fmt: skip
 
 
 def test_input_deeper_than_the_recursion_limit_is_walked() -> None:
@@ -215,7 +231,9 @@ def _b64url(data: bytes) -> str:
     return base64.urlsafe_b64encode(data).decode().rstrip("=")
 
 
-_json_objects = st.dictionaries(st.text(string.ascii_letters, min_size=1, max_size=6), st.integers() | st.text(max_size=8), min_size=1, max_size=3)  # fmt: skip
+_json_objects = st.dictionaries(
+    st.text(string.ascii_letters, min_size=1, max_size=6), st.integers() | st.text(max_size=8), min_size=1, max_size=3
+)
 _alnum = string.ascii_letters + string.digits
 
 
@@ -260,7 +278,8 @@ _COMMANDS = ["echo", "curl", "sh -c", "python3 -m tool", "./run.sh", "grep -r"]
 
 @st.composite
 def safe_prompts(draw: st.DrawFn) -> str:
-    return " ".join([draw(st.sampled_from(_COMMANDS)), *draw(st.lists(st.sampled_from(_SAFE_PROMPT_WORDS), max_size=12))])
+    words = draw(st.lists(st.sampled_from(_SAFE_PROMPT_WORDS), max_size=12))
+    return " ".join([draw(st.sampled_from(_COMMANDS)), *words])
 
 
 @settings(max_examples=400, deadline=None)

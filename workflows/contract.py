@@ -54,6 +54,7 @@ from workflows.credential_material import (
     find_credential_material,
     is_credential_key,
     json_path,
+    value_credential_kind,
 )
 
 __all__ = [
@@ -152,8 +153,12 @@ def find_credential_keys(value: object) -> list[str]:
 
 def _credential_message(finding: Finding) -> str:
     """Name a credential-named key; never echo text that looks like a credential."""
-    if finding.in_key and finding.what == "a key that names a credential":
-        return _CREDENTIAL_MESSAGE.format(key=repr(finding.loc[-1]))
+    if finding.in_key:
+        key = str(finding.loc[-1])
+        looks_like = value_credential_kind(key)
+        if looks_like is None:
+            return _CREDENTIAL_MESSAGE.format(key=repr(key))
+        return _CREDENTIAL_TEXT_MESSAGE.format(what=f"a key that looks like {looks_like}")
     return _CREDENTIAL_TEXT_MESSAGE.format(what=finding.what)
 
 
@@ -599,11 +604,12 @@ def describe_validation_error(error: ValidationError) -> list[tuple[str, str]]:
         loc += tuple(ctx.get("at", ()))
         if kind == "extra_forbidden":
             key = str(loc[-1])
-            message = (
-                _CREDENTIAL_MESSAGE.format(key=repr(key))
-                if is_credential_key(key)
-                else _unknown_field_message(root, loc)
-            )
+            if (looks_like := value_credential_kind(key)) is not None:
+                message = _CREDENTIAL_TEXT_MESSAGE.format(what=f"a key that looks like {looks_like}")
+            elif is_credential_key(key):
+                message = _CREDENTIAL_MESSAGE.format(key=repr(key))
+            else:
+                message = _unknown_field_message(root, loc)
         elif kind in _PLAIN_MESSAGES:
             message = _PLAIN_MESSAGES[kind]
             if kind != "missing":

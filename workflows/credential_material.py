@@ -206,11 +206,19 @@ def value_credential_kind(text: str) -> str | None:
 
 
 def json_path(loc: Iterable[int | str]) -> str:
-    """`("records", 0, "status", "health")` -> `$.records[0].status.health` (odd keys as `['db-password']`)."""
+    """`("records", 0, "status", "health")` -> `$.records[0].status.health` (odd keys as `['db-password']`).
+
+    A key that itself looks like a credential is not written out (`$.headers[<a JWT>]`): paths go
+    into error messages, logs and workflow histories.
+    """
     parts = ["$"]
     for part in loc:
         if isinstance(part, int):
             parts.append(f"[{part}]")
+        elif _IDENTIFIER.fullmatch(part) and len(part) < _SHORTEST:
+            parts.append(f".{part}")
+        elif (kind := value_credential_kind(part)) is not None:
+            parts.append(f"[<{kind}>]")
         elif _IDENTIFIER.fullmatch(part):
             parts.append(f".{part}")
         else:
@@ -281,7 +289,8 @@ def find_credential_material(
                 named = keys and is_credential_key(name)
                 kind = value_credential_kind(name) if keys and values and not named else None
                 if named or kind is not None:
-                    pending.append((_REPORT_KEY, _KEY_NAMES_CREDENTIAL if named else f"a key that looks like {kind}", child_node))
+                    what = _KEY_NAMES_CREDENTIAL if named else f"a key that looks like {kind}"
+                    pending.append((_REPORT_KEY, what, child_node))
                     if isinstance(child, str):
                         continue  # the key is reported; its string value adds nothing
                 pending.append((_VISIT, child, child_node))
