@@ -4,10 +4,11 @@ It speaks the same wire contract as a real Agentic Sandbox (DESIGN.md, "Wire con
 the worker cannot tell them apart: a management plane for Fleet Workload v1 records and an
 A2A executor plane whose tasks run as `/bin/sh -c` process groups on this machine.
 
-Modules, one job each: `app` (routes, auth), `fleet` (admission, CAS observations,
-inventory, reconciliation), `executor` (A2A dispatch), `runner` (processes per workload
-kind), `procs` (process groups), `cron` (schedules), `store` (SQLite), `config`,
-`server` (foreground / thread / subprocess startup), `cli` (`conductor substrate serve`).
+Modules, one job each: `app` (routes, auth), `body` (request limits, JSON decoding), `fleet`
+(admission, CAS observations, inventory, reconciliation), `executor` (A2A dispatch), `runner`
+(processes per workload kind), `procs` (process groups), `cron` (schedules), `store` (SQLite),
+`config` (settings and limits), `server` (foreground / thread / subprocess startup), `cli`
+(`conductor substrate serve`).
 
 In-process use (tests, the embedded dev stack)::
 

@@ -1,4 +1,23 @@
-"""How a substrate is configured: where it keeps state, its two tokens, how many instances."""
+"""How a substrate is configured: where it keeps state, its two tokens, how many instances, its limits.
+
+The limits bound what one request can make the substrate read, parse and store; input past one
+is refused with a 4xx before it costs more than the limit (see `substrate/body.py`):
+
+- `max_request_bytes` (1 MiB): a request body, checked against Content-Length before reading and
+  counted while reading a chunked body; past it, 413 `http.payload_too_large`. A record is at most
+  `max_record_bytes` and a dispatch message carries one shell command, so 1 MiB is far above any
+  honest request and still a small, fixed amount of memory per connection.
+- `max_json_depth` (64): nesting of arrays and objects, checked before parsing (400). Records and
+  A2A messages nest about six levels; 64 leaves room for orchestrator metadata and stays far below
+  Python's recursion limit, which a deeper document would reach in the parser, pydantic or the
+  credential walk (the RecursionError that was an HTTP 500).
+- `max_number_length` (64 characters): one JSON number, checked before parsing (400). Revisions are
+  64-bit and a double needs at most 25 characters; a 5,000-digit integer made Python's int
+  conversion limit raise (another HTTP 500). NaN and Infinity are not JSON and are refused too.
+- `max_record_bytes` (256 KiB): a workload record's canonical JSON, checked at admission and on
+  every observation before anything is stored (413 `fleet.record_too_large`). A record is a few
+  KiB; the bound keeps the inventory (every record in one response) readable.
+"""
 
 from __future__ import annotations
 
@@ -8,11 +27,15 @@ from datetime import datetime
 from pathlib import Path
 
 from activities.credentials import BearerToken, as_token
+from substrate.fleet import DEFAULT_MAX_RECORD_BYTES  # defined beside the rule it bounds
 from substrate.runner import RunnerSettings, _utc_now
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8787
 DEFAULT_DATA_DIR = Path(".conductor/substrate")
+DEFAULT_MAX_REQUEST_BYTES = 1024 * 1024
+DEFAULT_MAX_JSON_DEPTH = 64
+DEFAULT_MAX_NUMBER_LENGTH = 64
 
 
 @dataclass(frozen=True)
@@ -28,6 +51,10 @@ class SubstrateConfig:
     isolation_kinds: tuple[str, ...] = ("host",)
     kill_grace_seconds: float = 2.0
     daemon_settle_seconds: float = 0.5
+    max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES
+    max_json_depth: int = DEFAULT_MAX_JSON_DEPTH
+    max_number_length: int = DEFAULT_MAX_NUMBER_LENGTH
+    max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES
     #: Wall clock used for cron schedules only (tests shift it to reach the next tick quickly).
     clock: Callable[[], datetime] = field(default=_utc_now, repr=False)
 
@@ -44,6 +71,9 @@ class SubstrateConfig:
             raise ValueError(f"instances must be at least 1 (got {self.instances})")
         if not 0 <= self.port <= 65535:
             raise ValueError(f"port must be 0-65535 (got {self.port})")
+        for name in ("max_request_bytes", "max_json_depth", "max_number_length", "max_record_bytes"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1 (got {getattr(self, name)})")
 
     @property
     def database(self) -> Path:

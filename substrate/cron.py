@@ -41,8 +41,8 @@ def _value(text: str, low: int, high: int, names: dict[str, int], field: str) ->
     token = text.lower()
     if token in names:
         return names[token]
-    if not token.isdigit():
-        raise CronError(f"{field}: {text!r} is not a number" + (" or a name" if names else ""))
+    if not (token.isascii() and token.isdigit()) or len(token) > 9:
+        raise CronError(f"{field}: {text[:20]!r} is not a number" + (" or a name" if names else ""))
     number = int(token)
     if not low <= number <= high:
         raise CronError(f"{field}: {number} is outside {low}-{high}")
@@ -57,8 +57,8 @@ def _field(text: str, low: int, high: int, names: dict[str, int], field: str) ->
         base, _, step_text = item.partition("/")
         step = 1
         if step_text:
-            if not step_text.isdigit() or int(step_text) == 0:
-                raise CronError(f"{field}: step {step_text!r} must be a positive number")
+            if not (step_text.isascii() and step_text.isdigit()) or len(step_text) > 9 or int(step_text) == 0:
+                raise CronError(f"{field}: step {step_text[:20]!r} must be a positive number")
             step = int(step_text)
         if base == "*":
             start, end = low, high

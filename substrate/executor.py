@@ -1,7 +1,9 @@
 """The executor data plane (A2A): accept dispatch messages, show tasks, cancel them.
 
 The message format is documented in `activities.a2a`. What is refused, and how:
-- a malformed message, a missing runtime extension, credential-named keys: 400;
+- a malformed message, a missing runtime extension, credential material anywhere in the body
+  (keys that name a credential, strings that look like one: `workflows.credential_material`;
+  a command uses its secrets through `$NAME` from the environment), a command with a NUL: 400;
 - the same `messageId` with different content (or for another instance): 422
   `executor.idempotency_collision`; with the same content: the existing task (200), never a
   second process;
@@ -39,7 +41,7 @@ from activities.a2a import (
     prompt_of,
 )
 from activities.sandbox_api import RuntimeIdentity
-from substrate.cron import CronError, CronSchedule
+from substrate.cron import CronSchedule
 from substrate.errors import SubstrateError, not_found
 from substrate.fleet import FleetService
 from substrate.runner import Runner, timestamp
@@ -49,8 +51,8 @@ from workflows.contract import (
     TERMINAL_OBSERVED_STATES,
     WorkloadKind,
     describe_validation_error,
-    find_credential_keys,
 )
+from workflows.credential_material import find_credential_material
 
 ALL_KINDS: tuple[WorkloadKind, ...] = ("one-shot-command", "daemon", "persistent-agent", "scheduled-collector")
 SUPPORTED_EXTENSIONS = (RUNTIME_EXTENSION, IDEMPOTENCY_EXTENSION)
@@ -153,10 +155,12 @@ class ExecutorService:
     # -- dispatch ----------------------------------------------------------------------
 
     def _parse(self, body: object) -> tuple[MessageSendParams, RuntimeDispatch, str]:
-        credential_paths = find_credential_keys(body)
-        if credential_paths:
+        findings = find_credential_material(body, limit=8)
+        if findings:
             raise _invalid(
-                "credential material must not be sent to the executor: remove " + ", ".join(credential_paths)
+                "credential material must not be sent to the executor: remove "
+                + ", ".join(f"{finding.path} ({finding.what})" for finding in findings)
+                + "; pass secrets through the executor's environment and refer to them as $NAME"
             )
         try:
             params = MessageSendParams.model_validate(body)
@@ -172,6 +176,9 @@ class ExecutorService:
         prompt = prompt_of(params.message)
         if not prompt.strip():
             raise _invalid("the message needs a non-empty text part: the command to run")
+        for name, command in (("the command", prompt), ("the verifier", runtime.verifier or "")):
+            if "\x00" in command:
+                raise _invalid(f"{name} contains a NUL character, which no command line can carry")
         return params, runtime, prompt
 
     async def send(self, instance_id: str, extensions: set[str], body: object) -> tuple[bool, dict[str, Any]]:
@@ -246,8 +253,9 @@ class ExecutorService:
                 raise SubstrateError(422, "executor.schedule_required", "a scheduled collector needs a schedule")
             try:
                 CronSchedule.parse(schedule)
-            except CronError as error:
-                raise SubstrateError(422, "executor.invalid_schedule", f"schedule {schedule!r}: {error}") from None
+            except ValueError as error:  # CronError, or whatever else the text makes the parser raise
+                shown = schedule if len(schedule) <= 80 else schedule[:77] + "..."
+                raise SubstrateError(422, "executor.invalid_schedule", f"schedule {shown!r}: {error}") from None
 
         task_id = f"task-{uuid.uuid4().hex}"
         context_id = message.context_id or f"ctx-{uuid.uuid4().hex}"

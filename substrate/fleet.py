@@ -3,6 +3,11 @@
 HTTP-free so the same rules serve the API and the substrate's own runner, which reports
 what its processes do through `record()`, the very compare-and-swap path external observers
 use. Every document leaving here went through `to_wire`, i.e. it is schema-valid.
+
+Nothing is stored that carries credential material (keys that name a credential or strings that
+look like one, `workflows.credential_material`: 400) or that is larger than `max_record_bytes`
+of canonical JSON (413 `fleet.record_too_large`, checked before the write, so a refused
+observation leaves the stored record as it was).
 """
 
 from __future__ import annotations
@@ -26,12 +31,13 @@ from workflows.contract import (
     WorkloadRecord,
     WorkloadStatus,
     describe_validation_error,
-    find_credential_keys,
     parse_document,
     to_wire,
 )
+from workflows.credential_material import find_credential_material
 
 _IDENTITY_FIELDS = ("task_id", "session_id", "command_id")
+DEFAULT_MAX_RECORD_BYTES = 256 * 1024
 M = TypeVar("M", bound=BaseModel)
 
 
@@ -55,13 +61,13 @@ def _issues_text(issues: list[tuple[str, str]], limit: int = 8) -> str:
 
 
 def _reject_credentials(body: object, code: str) -> None:
-    paths = find_credential_keys(body)
-    if paths:
+    findings = find_credential_material(body, limit=8)
+    if findings:
         raise SubstrateError(
             400,
             code,
             "credential material must not cross the contract boundary: remove "
-            + ", ".join(paths)
+            + ", ".join(f"{finding.path} ({finding.what})" for finding in findings)
             + " and name credentials through spec.policy.credential_policy_ref instead",
         )
 
@@ -88,9 +94,22 @@ def _classify(record: WorkloadRecord | None) -> tuple[str, str, int, str | None]
 
 
 class FleetService:
-    def __init__(self, store: Store, clock: Callable[[], datetime] = now) -> None:
+    def __init__(
+        self, store: Store, clock: Callable[[], datetime] = now, *, max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES
+    ) -> None:
         self._store = store
         self._clock = clock
+        self._max_record_bytes = max_record_bytes
+
+    def _check_size(self, wire: dict[str, Any]) -> None:
+        size = len(json.dumps(wire, separators=(",", ":"), ensure_ascii=False).encode("utf-8"))
+        if size > self._max_record_bytes:
+            raise SubstrateError(
+                413,
+                "fleet.record_too_large",
+                f"the workload record would be {size} bytes of JSON; a record is at most {self._max_record_bytes} "
+                "bytes: keep spec.orchestrator_metadata and status.artifacts small",
+            )
 
     # -- reads -------------------------------------------------------------------------
 
@@ -169,6 +188,7 @@ class FleetService:
                 update={"observed_state": "admitted", "revision": 1, "last_seen": self._clock()}
             )
             admitted = to_wire(document.model_copy(update={"status": status}))
+            self._check_size(admitted)
             self._store.insert_workload(
                 StoredWorkload(lineage.child_id, lineage.idempotency_key, identity, 1, admitted)
             )
@@ -230,6 +250,7 @@ class FleetService:
                 wire = to_wire(record.model_copy(update={"lineage": lineage, "status": status}))
             except ContractError as error:
                 raise SubstrateError(400, "fleet.invalid_observation", _issues_text(error.issues)) from None
+            self._check_size(wire)
             self._store.replace_record(child_id, status.revision, wire)
         return wire
 
