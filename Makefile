@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: install bytecode demo test bench clean
+.PHONY: install bytecode demo test bench chaos clean
 
 install: $(STAMP)
 
@@ -27,8 +27,14 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(PY) -m pytest $(PYTEST_ARGS)
 
+BENCHMARKS := bench/admission_engine.py bench/admission_throughput.py bench/mission_fanout.py
+
 bench: $(STAMP) bytecode
-	@for b in bench/*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
+	@for b in $(BENCHMARKS); do echo "== $$b"; $(PY) $$b || exit 1; done
+
+# The full chaos suite (about 3 minutes); `make test` runs its short form.
+chaos: $(STAMP) bytecode
+	$(PY) bench/chaos.py
 
 clean:
 	rm -rf $(VENV) .conductor .pytest_cache

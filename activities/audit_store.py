@@ -14,6 +14,7 @@ from pathlib import Path
 
 from temporalio import activity
 
+from activities.sqlite_wal import use_wal
 from workflows.admission.model import AuditEvent
 from workflows.audit import AuditExport
 
@@ -36,7 +37,7 @@ class AuditStore:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with self._connect() as db:
-            db.execute("PRAGMA journal_mode=WAL")
+            use_wal(db)
             db.execute(_SCHEMA)
 
     def _connect(self) -> sqlite3.Connection:

@@ -25,6 +25,7 @@ from typing import Protocol, runtime_checkable
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from activities.sqlite_wal import use_wal
 from workflows.mission.ledger import (
     WRITE_LEDGER_SNAPSHOT_ACTIVITY,
     MissionLedger,
@@ -110,7 +111,7 @@ class SqliteLedgerStore:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with self._connect() as db:
-            db.execute("PRAGMA journal_mode=WAL")
+            use_wal(db)
             for statement in _SCHEMA:
                 db.execute(statement)
 

@@ -785,3 +785,29 @@ def test_any_arrival_order_ends_in_the_state_of_the_highest_revision(
     }
     assert set(shuffled.child("child-a").stale_event_revisions) == late
     assert shuffled.aggregation.model_dump(exclude={"reason"}) == ordered.aggregation.model_dump(exclude={"reason"})
+
+
+@pytest.mark.parametrize("admission_first", [True, False])
+def test_a_child_stopped_after_its_lease_expired_ends_timed_out(admission_first: bool) -> None:
+    """The mission stops a child whose lease expired; the substrate reports how (cancelled),
+    the ledger says why (timed-out), whichever of the two arrives first."""
+    spec = make_spec("all-pass", ["one-shot-command"])
+    running = apply_observation(initial_ledger(spec), spec, observation("child-a", 2, "running"))
+    expired = ChildAdmission(request_id="r-a", state="timed-out", lease_revision=1, revision=4)
+    stopped = observation("child-a", 3, "cancelled", exit_classification="cancelled", error_code="substrate.cancelled")
+    if admission_first:
+        ledger = apply_observation(apply_admission(running, "child-a", expired), spec, stopped)
+    else:
+        ledger = apply_admission(apply_observation(running, spec, stopped), "child-a", expired)
+    child = ledger.child("child-a")
+    assert (child.observed_state, child.exit_classification, child.error_code) == ("timed-out", "timeout", "admission.lease_expired")
+    assert child.outcome == "failed" and ledger.parent_state == "failed"
+    assert apply_observation(ledger, spec, stopped) == ledger  # redelivered: nothing new, nothing stale
+
+
+def test_a_child_stopped_for_another_reason_stays_cancelled() -> None:
+    spec = make_spec("all-pass", ["one-shot-command"])
+    ledger = apply_observation(initial_ledger(spec), spec, observation("child-a", 2, "running"))
+    ledger = apply_admission(ledger, "child-a", ChildAdmission(request_id="r-a", state="preempted", lease_revision=1))
+    ledger = apply_observation(ledger, spec, observation("child-a", 3, "cancelled"))
+    assert ledger.child("child-a").observed_state == "cancelled"

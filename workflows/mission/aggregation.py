@@ -101,6 +101,7 @@ _SATISFYING_STATES: dict[str, frozenset[str]] = {
     "scheduled-collector": frozenset({"scheduled", "succeeded"}),
 }
 # Admission states after which a child that never reached the substrate will not run.
+LEASE_EXPIRED = "admission.lease_expired"
 _ADMISSION_ENDED = frozenset({"denied", "timed-out", "cancelled", "preempted", "released"})
 # Fields of an observation that make up its content (observed_at is when it was seen, not what).
 _OBSERVED_FIELDS = (
@@ -222,9 +223,15 @@ def _commit(before: MissionLedger, after: MissionLedger) -> MissionLedger:
     return settled.model_copy(update={"snapshot_seq": before.snapshot_seq + 1})
 
 
-def _same_content(child: ChildLedger, obs: ChildObservation) -> bool:
-    same_fields = all(getattr(child, name) == getattr(obs, name) for name in _OBSERVED_FIELDS)
-    return same_fields and child.artifacts == tuple(obs.artifacts)
+def _as_stopped_by_lease_expiry(child: ChildLedger) -> ChildLedger:
+    """A dispatched child whose lease expired, and which was then stopped, ended `timed-out`: the
+    policy's lease timeout is why it ended; `cancelled` (what the substrate reports) is only how."""
+    if child.admission.state == "timed-out" and _dispatched(child) and child.observed_state == "cancelled":
+        return child.model_copy(update={
+            "observed_state": "timed-out", "exit_classification": "timeout", "error_code": LEASE_EXPIRED,
+            "note": "stopped: its admission lease expired (no renewal reached the admission workflow in time)",
+        })
+    return child
 
 
 def apply_observation(ledger: MissionLedger, spec: MissionSpec, obs: ChildObservation) -> MissionLedger:
@@ -246,16 +253,17 @@ def apply_observation(ledger: MissionLedger, spec: MissionSpec, obs: ChildObserv
             f"observation of {obs.child_id} carries lineage for mission {obs.lineage.mission_id} child "
             f"{obs.lineage.child_id}; it belongs to another mission or child"
         )
+    observed = _as_stopped_by_lease_expiry(child.model_copy(
+        update={
+            **{name: getattr(obs, name) for name in _OBSERVED_FIELDS},
+            "revision": obs.revision,
+            "observed_at": obs.observed_at,
+            "artifacts": tuple(obs.artifacts),
+        }
+    ))
     if child.revision is None or obs.revision > child.revision:
-        updated = child.model_copy(
-            update={
-                **{name: getattr(obs, name) for name in _OBSERVED_FIELDS},
-                "revision": obs.revision,
-                "observed_at": obs.observed_at,
-                "artifacts": tuple(obs.artifacts),
-            }
-        )
-    elif obs.revision == child.revision and _same_content(child, obs):
+        updated = observed
+    elif obs.revision == child.revision and all(getattr(child, f) == getattr(observed, f) for f in (*_OBSERVED_FIELDS, "artifacts")):
         return ledger  # redelivered: nothing new
     else:
         stale = tuple(sorted(set(child.stale_event_revisions) | {obs.revision}))
@@ -304,7 +312,7 @@ def apply_admission(
             # Given back before it ran (released: by this mission at closing, or an ended request
             # of an earlier mission under the same id): it never runs now.
             update |= {"observed_state": "cancelled", "backpressure": None}
-    return _commit(ledger, _replace_child(ledger, _refresh(child.model_copy(update=update))))
+    return _commit(ledger, _replace_child(ledger, _refresh(_as_stopped_by_lease_expiry(child.model_copy(update=update)))))
 
 
 def review_refusal(ledger: MissionLedger, spec: MissionSpec) -> str | None:

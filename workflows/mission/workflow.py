@@ -65,6 +65,9 @@ with workflow.unsafe.imports_passed_through():
 # How long a stopped child an earlier run started may stay silent before the mission asks the
 # server whether its workflow still runs (one that was terminated will never answer).
 SILENCE_BEFORE_ASKING = timedelta(seconds=10)
+# A snapshot write takes milliseconds; one lost with a killed worker holds back the next write,
+# and the closing one, until this timeout says so (found by the chaos suite: 30 s at closing).
+SNAPSHOT_WRITE_TIMEOUT = timedelta(seconds=10)
 
 
 def _failure_text(error: BaseException) -> str:
@@ -532,7 +535,7 @@ class MissionWorkflow:
         if self._ledger.snapshot_seq == self._written_seq:
             return
         ledger = self._ledger
-        timeout, summary = timedelta(seconds=30), f"ledger snapshot {ledger.snapshot_seq} ({ledger.parent_state})"
+        timeout, summary = SNAPSHOT_WRITE_TIMEOUT, f"ledger snapshot {ledger.snapshot_seq} ({ledger.parent_state})"
         if local:
             await workflow.execute_local_activity(
                 WRITE_LEDGER_SNAPSHOT_ACTIVITY, ledger, result_type=SnapshotRef, start_to_close_timeout=timeout, summary=summary,
