@@ -1,4 +1,10 @@
-"""MissionControl: the Python client for missions (the `conductor mission` CLI is a thin layer on it)."""
+"""MissionControl: the Python client for missions (the `conductor mission` CLI is a thin layer on it).
+
+What the server answers when an operation cannot go ahead is turned into one-line errors here, in one
+place (`MissionControl._refusal`): `MissionNotFound` (no such mission where the client looks) and
+`MissionClosed` (its workflow has ended: how, in words); `ReviewRefused` for reviews. All three are
+`MissionRefused`, which the CLI prints as `conductor: <message>`.
+"""
 
 from __future__ import annotations
 
@@ -7,10 +13,16 @@ import uuid
 from collections.abc import Awaitable, Callable
 
 from pydantic import ValidationError
-from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle, WorkflowUpdateFailedError
+from temporalio.client import (
+    Client,
+    WorkflowExecutionDescription,
+    WorkflowExecutionStatus,
+    WorkflowHandle,
+    WorkflowUpdateFailedError,
+)
 from temporalio.common import SearchAttributePair, TypedSearchAttributes, WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
-from temporalio.service import RPCError
+from temporalio.service import RPCError, RPCStatusCode
 
 from worker.connection import Reconnect
 from worker.inputs import one_line
@@ -37,8 +49,54 @@ class MissionSpecError(ValueError):
         self.problems = problems
 
 
-class ReviewRefused(RuntimeError):
-    pass
+class MissionRefused(RuntimeError):
+    """The server's answer that an operation on a mission cannot go ahead, as one line a person can
+    act on (the CLI prints it as `conductor: <message>` and exits 1)."""
+
+
+class MissionNotFound(MissionRefused, RPCError):
+    """No mission under this id on the server and namespace the client talks to. It stays the
+    server's NOT_FOUND `RPCError` (same status), so code that caught that answer still does."""
+
+    def __init__(self, mission_id: str, *, address: str, namespace: str, raw_grpc_status: bytes = b"") -> None:
+        workflow_id = mission_workflow_id(mission_id)
+        RPCError.__init__(
+            self,
+            one_line(
+                f"no mission {mission_id} on the Temporal server at {address}, namespace {namespace} "
+                f"(no workflow {workflow_id} there); check the id, and TEMPORAL_ADDRESS / TEMPORAL_NAMESPACE "
+                "(or the profile) if the mission runs on another server or namespace"
+            ),
+            RPCStatusCode.NOT_FOUND,
+            raw_grpc_status,
+        )
+        self.mission_id = mission_id
+        self.workflow_id = workflow_id
+
+
+# What each operation says of a mission that has closed already (`closed_as` says how).
+_ON_CLOSED = {
+    "stop": "nothing to stop",
+    "cancel": "it can no longer be cancelled",
+    "review": "it takes no review any more",
+}
+
+
+class MissionClosed(MissionRefused):
+    """The mission's workflow has ended, so it takes no stop, cancel or review now. `closed_as`
+    says how: its verdict (completed, failed, operator-review-required, cancelled) when the
+    workflow completed, else how Temporal ended it (cancelled, terminated, timed out)."""
+
+    def __init__(self, mission_id: str, operation: str, closed_as: str) -> None:
+        then = _ON_CLOSED.get(operation)
+        super().__init__(one_line(f"mission {mission_id} has already closed ({closed_as}){f'; {then}' if then else ''}"))
+        self.mission_id = mission_id
+        self.operation = operation
+        self.closed_as = closed_as
+
+
+class ReviewRefused(MissionRefused):
+    """The mission takes no review now (already decided, not awaiting review, or closed)."""
 
 
 class MissionIdUsed(ValueError):
@@ -114,13 +172,67 @@ class MissionControl:
         workflow_id = mission_workflow_id(mission_id)
         try:
             description = await self._client.get_workflow_handle(workflow_id).describe()
-            how = f"{description.status.name.lower() if description.status else 'unknown'}, started {description.start_time:%Y-%m-%d %H:%M:%S} UTC"
         except RPCError:
+            description = None
+        if description is not None and description.status == WorkflowExecutionStatus.RUNNING:
+            return one_line(
+                f"mission {mission_id} is already running (workflow {workflow_id}, started "
+                f"{description.start_time:%Y-%m-%d %H:%M:%S} UTC); a mission id names one mission: "
+                "give the spec a new mission_id, or follow the running one with `conductor mission watch "
+                f"{mission_id}`"
+            )
+        if description is None:
             how = "closed"
-        return (
+        else:
+            how = f"{description.status.name.lower() if description.status else 'unknown'}, started {description.start_time:%Y-%m-%d %H:%M:%S} UTC"
+        return one_line(
             f"mission {mission_id} was run before (workflow {workflow_id}, {how}); "
             "a mission id names one mission: give the spec a new mission_id"
         )
+
+    # --- the server's answers, in words: one place ---------------------------------------------
+
+    async def _describe(self, mission_id: str, doing: str) -> WorkflowExecutionDescription:
+        """The mission workflow's description; `MissionNotFound` if there is none."""
+        handle = self.handle(mission_id)
+        try:
+            return await self._reconnect.call(handle.describe, doing)
+        except RPCError as error:
+            if error.status == RPCStatusCode.NOT_FOUND:
+                raise self._not_found(mission_id, error) from None
+            raise
+
+    def _not_found(self, mission_id: str, error: RPCError | None = None) -> MissionNotFound:
+        return MissionNotFound(
+            mission_id, address=self._reconnect.address, namespace=self._client.namespace,
+            raw_grpc_status=error.raw_grpc_status if error is not None else b"",
+        )
+
+    async def _closed_as(self, mission_id: str, status: WorkflowExecutionStatus | None) -> str:
+        """How a closed mission ended, in a word or two: its verdict if its workflow completed."""
+        if status == WorkflowExecutionStatus.COMPLETED:
+            try:
+                # The close event holds the final ledger: no worker needed to read it (a query would).
+                ledger = await self._reconnect.call(self.handle(mission_id).result, f"reading how mission {mission_id} ended")
+                return ledger.parent_state
+            except Exception:  # only the wording depends on it
+                return "its workflow completed"
+        return {
+            WorkflowExecutionStatus.CANCELED: "cancelled",
+            WorkflowExecutionStatus.TERMINATED: "terminated in Temporal",
+            WorkflowExecutionStatus.TIMED_OUT: "timed out in Temporal",
+            WorkflowExecutionStatus.FAILED: "its workflow failed",
+        }.get(status, status.name.lower().replace("_", " ") if status else "status unknown")  # type: ignore[arg-type]
+
+    async def _refusal(self, mission_id: str, operation: str, error: RPCError, doing: str) -> MissionRefused | None:
+        """What the server's NOT_FOUND about a mission means: no such mission (`MissionNotFound`), or
+        its workflow has closed (`MissionClosed`); None for any other answer, or a mission still running."""
+        if error.status != RPCStatusCode.NOT_FOUND:
+            return None
+        description = await self._describe(mission_id, doing)  # raises MissionNotFound
+        if description.status == WorkflowExecutionStatus.RUNNING:
+            return None
+        return MissionClosed(mission_id, operation, await self._closed_as(mission_id, description.status))
 
     async def wait_for_verdict(self, mission_id: str) -> MissionLedger:
         """The ledger once the verdict settles; for a mission already closed, its final ledger."""
@@ -134,10 +246,10 @@ class MissionControl:
                 lambda: handle.execute_update("wait_for_verdict", id=update_id, result_type=MissionLedger), doing,
             )
         except (RPCError, WorkflowUpdateFailedError):
-            description = await self._reconnect.call(handle.describe, doing)
+            description = await self._describe(mission_id, doing)  # MissionNotFound if there is no such mission
             if description.status == WorkflowExecutionStatus.RUNNING:
                 raise
-            return await self.show(mission_id)
+        return await self.show(mission_id)
 
     async def run(self, spec: MissionSpec, **input_options: object) -> MissionLedger:
         await self.start(spec, **input_options)
@@ -145,9 +257,14 @@ class MissionControl:
 
     async def show(self, mission_id: str) -> MissionLedger:
         handle = self.handle(mission_id)
-        return await self._reconnect.call(
-            lambda: handle.query("ledger", result_type=MissionLedger), f"reading the ledger of mission {mission_id}",
-        )
+        doing = f"reading the ledger of mission {mission_id}"
+        try:
+            return await self._reconnect.call(lambda: handle.query("ledger", result_type=MissionLedger), doing)
+        except RPCError as error:
+            refusal = await self._refusal(mission_id, "show", error, doing)
+            if refusal is None:
+                raise
+        raise refusal
 
     async def review(self, mission_id: str, *, approve: bool, operator: str, reason: str) -> MissionLedger:
         request = ReviewRequest(operator=operator, decision="approve" if approve else "reject", reason=reason)
@@ -162,13 +279,17 @@ class MissionControl:
             attempts += 1
             return await handle.execute_update("review", request, id=update_id, result_type=MissionLedger)
 
+        doing = f"sending the review of mission {mission_id}"
         try:
-            return await self._reconnect.call(send, f"sending the review of mission {mission_id}")
+            return await self._reconnect.call(send, doing)
         except WorkflowUpdateFailedError as error:
             cause = error.cause
             refusal = ReviewRefused(getattr(cause, "message", None) or str(cause))
         except RPCError as error:
-            refusal = ReviewRefused(f"mission {mission_id} cannot take a review: {error.message}")
+            closed = await self._refusal(mission_id, "review", error, doing)  # raises MissionNotFound
+            refusal = ReviewRefused(
+                str(closed) if closed is not None else one_line(f"mission {mission_id} cannot take a review: {error.message}")
+            )
         if attempts > 1:
             # A repeat after a lost connection is refused when the first attempt landed and the
             # server no longer has its outcome (the mission closed): then the ledger holds this review.
@@ -180,9 +301,17 @@ class MissionControl:
         raise refusal from None
 
     async def stop(self, mission_id: str) -> None:
+        """Ask the mission to stop its long-lived children and close. `MissionClosed` if it has closed
+        already (stopping is idempotent in intent: callers may take that as done)."""
         await self._deliver(mission_id, "stop", lambda handle: handle.signal("stop"))
 
     async def cancel(self, mission_id: str) -> None:
+        """Cancel the mission: its children, runtime tasks and admission. `MissionClosed` if it has
+        closed already: then it ended otherwise (see `closed_as`), and nothing was cancelled."""
+        # The server takes a cancel request for a closed workflow as done and says nothing: look first.
+        description = await self._describe(mission_id, f"checking mission {mission_id}")
+        if description.status != WorkflowExecutionStatus.RUNNING:
+            raise MissionClosed(mission_id, "cancel", await self._closed_as(mission_id, description.status))
         await self._deliver(mission_id, "cancel", lambda handle: handle.cancel())
 
     async def _deliver(self, mission_id: str, what: str, send: Callable[[WorkflowHandle], Awaitable[None]]) -> None:
@@ -195,13 +324,17 @@ class MissionControl:
             attempts += 1
             await send(handle)
 
+        doing = f"sending the {what} request for mission {mission_id}"
         try:
-            await self._reconnect.call(attempt, f"sending the {what} request for mission {mission_id}")
-        except RPCError:
-            # A repeat is refused when the first attempt landed and the mission has closed since: done.
+            await self._reconnect.call(attempt, doing)
+        except RPCError as error:
             if attempts == 1:
-                raise
-            description = await self._reconnect.call(handle.describe, f"checking mission {mission_id}")
+                refusal = await self._refusal(mission_id, what, error, doing)
+                if refusal is None:
+                    raise
+                raise refusal from None
+            # A repeat is refused when the first attempt landed and the mission has closed since: done.
+            description = await self._describe(mission_id, f"checking mission {mission_id}")
             if description.status == WorkflowExecutionStatus.RUNNING:
                 raise
 

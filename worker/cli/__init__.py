@@ -59,6 +59,9 @@ def main() -> None:
     except BrokenPipeError:  # `conductor ... | head`: the reader left; no traceback for that
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # Python's flush at exit fails otherwise
         code = 141  # as a tool killed by SIGPIPE
+    except KeyboardInterrupt:  # Ctrl-C that no command caught (while starting up, say): no traceback either
+        print("conductor: interrupted", file=sys.stderr)
+        code = 130  # as a tool killed by SIGINT
     exit_now(code)
 
 

@@ -1,4 +1,11 @@
-"""`conductor mission ...`: start, run, watch, show, review, stop and cancel missions."""
+"""`conductor mission ...`: start, run, watch, show, review, stop and cancel missions.
+
+Every mistake ends in one line on stderr (`conductor: ...`), never a traceback; `_run` maps them
+to exit codes in one place: 2 for input the command cannot use (a spec, an id, a setting), 1 for
+an answer from the server that the operation cannot go ahead (`MissionRefused`: no such mission,
+closed already, review refused) or a server out of reach, 130 for Ctrl-C. A mission id argument
+may be given as Temporal names its workflow (`mission:ID`): the prefix is taken off once.
+"""
 
 from __future__ import annotations
 
@@ -7,17 +14,27 @@ import asyncio
 import getpass
 import os
 import sys
+from collections.abc import Awaitable, Coroutine
 from pathlib import Path
+from typing import Any, TypeVar
 
 from pydantic import ValidationError
+from temporalio.service import RPCError
 
 from worker.config import WorkerConfig
 from worker.connection import CLI_RETRY_CONFIG, ReconnectSettingError, connect
-from worker.inputs import InputError, check_argument, label, read_json
+from worker.inputs import InputError, check_argument, label, one_line, read_json
 from worker.ledger_view import render_ledger, render_progress
-from worker.mission_control import MissionControl, MissionIdUsed, MissionSpecError, ReviewRefused, parse_spec
+from worker.mission_control import (
+    MissionClosed,
+    MissionControl,
+    MissionIdUsed,
+    MissionRefused,
+    MissionSpecError,
+    parse_spec,
+)
 from workflows.mission.ledger import MissionLedger
-from workflows.mission.messages import ReviewRequest
+from workflows.mission.messages import ReviewRequest, mission_workflow_id
 from workflows.mission.spec import MissionSpec, SpecId
 
 
@@ -61,13 +78,71 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     cancel.set_defaults(func=lambda args: _run(_signal(args, "cancel")))
 
 
-def _run(coroutine) -> int:
+INTERRUPTED = 130  # as a shell reports a command ended by SIGINT
+
+
+class Interrupted(Exception):
+    """Ctrl-C ended the command; the message says what carries on without it."""
+
+
+def _run(coroutine: Coroutine[Any, Any, int]) -> int:
+    """Run one command; every mistake and refusal is one `conductor: ...` line and an exit code."""
     try:
-        return asyncio.run(coroutine)
-    except (MissionSpecError, MissionIdUsed, ReviewRefused, ReconnectSettingError, ConnectionError) as error:
-        # ConnectionError includes TemporalUnreachable: the server stayed away past the reconnect bound.
-        print(f"conductor: {error}", file=sys.stderr)
-        return 2 if isinstance(error, (MissionSpecError, MissionIdUsed, ReconnectSettingError)) else 1
+        return asyncio.run(_interruptible(coroutine))
+    except (MissionSpecError, MissionIdUsed, ReconnectSettingError) as error:
+        code, message = 2, str(error)
+    except MissionClosed as error:
+        # Stopping a closed mission leaves it as a stop would (closed, long-lived children ended):
+        # idempotent, so it succeeds; a cancel or review of one did not happen, so it fails.
+        code, message = (0 if error.operation == "stop" else 1), str(error)
+    except MissionRefused as error:  # no such mission, a review refused: the server says no
+        code, message = 1, str(error)
+    except BrokenPipeError:  # the reader of our output left: worker.cli.main answers that
+        raise
+    except ConnectionError as error:  # and TemporalUnreachable: the server stayed away past the reconnect bound
+        code, message = 1, str(error)
+    except RPCError as error:  # any other answer the server gives: still one line
+        code, message = 1, f"the Temporal server refused: {error.message} ({error.status.name if error.status else 'no status'})"
+    except Interrupted as error:
+        code, message = INTERRUPTED, str(error)
+    except KeyboardInterrupt:  # Ctrl-C outside the command's own code (asyncio setting up or cleaning up)
+        code, message = INTERRUPTED, "interrupted"
+    print(f"conductor: {one_line(message)}", file=sys.stderr)
+    return code
+
+
+def _was_interrupted(error: BaseException) -> bool:
+    """Ctrl-C: a KeyboardInterrupt, or whatever ended the task after asyncio cancelled it for SIGINT
+    (asyncio.run cancels the main task; temporalio turns a cancelled update into its own error)."""
+    task = asyncio.current_task()
+    return isinstance(error, KeyboardInterrupt) or (task is not None and task.cancelling() > 0)
+
+
+async def _interruptible(coroutine: Coroutine[Any, Any, int]) -> int:
+    try:
+        return await coroutine
+    except Interrupted:
+        raise
+    except BaseException as error:
+        if _was_interrupted(error):
+            raise Interrupted("interrupted") from None
+        raise
+
+
+T = TypeVar("T")
+
+
+async def _waiting(mission_id: str, awaitable: Awaitable[T], what: str) -> T:
+    """`await awaitable`; Ctrl-C stops only the waiting: the line says the mission goes on, and how to follow it."""
+    try:
+        return await awaitable
+    except BaseException as error:
+        if _was_interrupted(error):
+            raise Interrupted(
+                f"stopped {what}; mission {mission_id} carries on in Temporal: "
+                f"`conductor mission watch {mission_id}` follows it again"
+            ) from None
+        raise
 
 
 def _load_spec(path: Path) -> MissionSpec:
@@ -75,9 +150,18 @@ def _load_spec(path: Path) -> MissionSpec:
     return parse_spec(read_json(path, "mission spec"), source=label(path))
 
 
+WORKFLOW_PREFIX = mission_workflow_id("")  # "mission:", as the Temporal UI shows a mission's workflow
+
+
 def _mission_id(args: argparse.Namespace) -> str:
-    """A mission id argument holds to the rule a spec's mission_id does, so it can name a workflow."""
-    return check_argument(SpecId, args.mission_id, "mission id")
+    """The mission id argument, bare or as its workflow's id (`mission:ID`, taken off once: a mission
+    whose own id starts with `mission:` is named by its workflow id). It holds to the rule a spec's
+    mission_id does, so it can name a workflow."""
+    given: str = args.mission_id
+    mission_id = given.removeprefix(WORKFLOW_PREFIX)
+    if not mission_id:
+        raise InputError(f"mission id {given!r} names no mission: give the id, alone or after {WORKFLOW_PREFIX}")
+    return check_argument(SpecId, mission_id, "mission id")
 
 
 def _review_request(args: argparse.Namespace) -> ReviewRequest:
@@ -117,42 +201,44 @@ async def _run_mission(args: argparse.Namespace) -> int:
     await control.start(spec)
     if not args.json:
         print(f"mission {spec.mission_id} started; waiting for its verdict", file=sys.stderr)
-    ledger = await control.wait_for_verdict(spec.mission_id)
+    ledger = await _waiting(spec.mission_id, control.wait_for_verdict(spec.mission_id), "waiting for the verdict")
     _print_ledger(ledger, args.json)
     return 0 if ledger.parent_state == "completed" else 1
 
 
 async def _watch(args: argparse.Namespace) -> int:
-    _mission_id(args)
+    mission_id = _mission_id(args)
     control = await _control()
-    ledger = await control.watch(args.mission_id, lambda ledger: print(render_progress(ledger), flush=True))
+    ledger = await _waiting(
+        mission_id, control.watch(mission_id, lambda ledger: print(render_progress(ledger), flush=True)), "watching",
+    )
     print(render_ledger(ledger))
     return 0 if ledger.parent_state == "completed" else 1
 
 
 async def _show(args: argparse.Namespace) -> int:
-    _mission_id(args)
+    mission_id = _mission_id(args)
     control = await _control()
-    _print_ledger(await control.show(args.mission_id), args.json)
+    _print_ledger(await control.show(mission_id), args.json)
     return 0
 
 
 async def _review(args: argparse.Namespace) -> int:
-    _mission_id(args)
+    mission_id = _mission_id(args)
     request = _review_request(args)
     control = await _control()
     ledger = await control.review(
-        args.mission_id, approve=request.decision == "approve", operator=request.operator, reason=request.reason
+        mission_id, approve=request.decision == "approve", operator=request.operator, reason=request.reason
     )
     print(render_ledger(ledger))
     return 0
 
 
 async def _signal(args: argparse.Namespace, what: str) -> int:
-    _mission_id(args)
+    mission_id = _mission_id(args)
     control = await _control()
-    await (control.stop if what == "stop" else control.cancel)(args.mission_id)
-    print(f"{what} requested for mission {args.mission_id}")
+    await (control.stop if what == "stop" else control.cancel)(mission_id)
+    print(f"{what} requested for mission {mission_id}")
     return 0
 
 
