@@ -25,7 +25,8 @@ from typing import Any, TypeVar
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from activities.a2a import Dispatch, Task, TextPart
+from activities.a2a import Dispatch
+from activities.agentic_sandbox_api import RuntimeIdentity, Task
 from activities.credentials import (
     EXECUTOR_TOKEN_ENV,
     FLEET_TOKEN_ENV,
@@ -35,7 +36,6 @@ from activities.credentials import (
     executor_token,
     fleet_token,
 )
-from activities.sandbox_api import RuntimeIdentity
 from activities.sandbox_client import (
     ExecutorClient,
     FleetClient,
@@ -74,7 +74,6 @@ from workflows.workload.messages import (
     Reconcile,
     ReconcileResult,
     Refusal,
-    Target,
     TargetList,
     TaskRef,
     TaskView,
@@ -94,9 +93,7 @@ def task_view(instance_id: str, task: Task, max_output_chars: int) -> TaskView:
     """The workflow's view of an A2A task; the `result` artifact's text becomes `output`."""
     output = task.artifact_text("result")
     truncated = output is not None and len(output) > max_output_chars
-    status_text = None
-    if task.status.message is not None:
-        status_text = "\n".join(p.text for p in task.status.message.parts if isinstance(p, TextPart)) or None
+    status_text = task.status_text()
     return TaskView(
         instance_id=instance_id,
         task_id=task.id,
@@ -245,7 +242,7 @@ class FleetActivities:
     async def list_targets(self) -> TargetList:
         fleet, _ = self._clients()
         instances = await self._call(LIST_TARGETS, fleet.instances)
-        return TargetList(targets=[Target.model_validate(i.model_dump()) for i in instances])
+        return TargetList(targets=instances)
 
     @activity.defn(name=ADMIT_WORKLOAD)
     async def admit_workload(self, request: AdmitWorkload) -> Admitted:

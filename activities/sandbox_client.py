@@ -3,19 +3,26 @@
 `FleetClient` talks to the management plane with the fleet token, `ExecutorClient` to the
 executor plane with the executor token; tokens are passed in by the caller (see
 `activities.credentials`) and only ever go into the `Authorization` header. Results are the
-contract models (`workflows.contract`) and the A2A models (`activities.a2a`).
+contract models (`workflows.contract`), the Agentic Sandbox wire models
+(`activities.agentic_sandbox_api`, written from the real server's source) and `Target`.
+
+The real server is the authority. Until the local substrate (`substrate/`) speaks its shapes
+too, the client also accepts the substrate's older ones where they differ: the instance list as
+`{"instances": [...]}` besides `{"items": [...]}`, an observation answered `{"workload": record}`
+besides the bare record, an empty inventory as 204 besides 200 with `records: []`, and errors as
+`{"error": code, "message": text}` besides RFC 7807 problem documents (`code`, `detail`).
 
 Failures are typed so the activity layer can decide about retries without parsing text:
 
 | response                                  | exception               | retry helps? |
 |-------------------------------------------|-------------------------|--------------|
 | 400 / 422 (invalid, collision, mismatch)  | `FleetRejected`         | no           |
-| 422 `*.idempotency_collision`             | `IdempotencyCollision`  | no           |
+| 422 `*.idempotency_collision`, `idempotency.key_reused` | `IdempotencyCollision` | no |
 | 409 `fleet.stale_revision`                | `StaleRevision`         | re-read first|
 | 409 `fleet.runtime_identity_immutable`    | `IdentityImmutable`     | no           |
-| 409 `executor.task_not_cancelable`        | `TaskNotCancelable`     | no           |
+| 409 `task.not_cancelable` (or `executor.task_not_cancelable`) | `TaskNotCancelable` | no |
 | 404 (workload / task / instance)          | `WorkloadNotFound`, `TaskNotFound`, `InstanceNotFound` | no |
-| 401                                       | `Unauthorized`          | no           |
+| 401, 403                                  | `Unauthorized`          | no           |
 | 5xx, 408, 429, timeouts, connection errors| `SubstrateUnavailable`  | yes          |
 | a 2xx body that breaks the contract       | `ProtocolViolation`     | no           |
 
@@ -26,6 +33,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, TypeVar
 from urllib.parse import quote
@@ -35,24 +43,22 @@ import httpx
 from httpx_aiohttp import AiohttpTransport
 from pydantic import BaseModel, ValidationError
 
-from activities.a2a import (
+from activities.a2a import Dispatch, MessageSendParams, build_message
+from activities.agentic_sandbox_api import (
     EXTENSIONS_HEADER,
     IDEMPOTENCY_EXTENSION,
     RUNTIME_EXTENSION,
-    Dispatch,
-    MessageSendParams,
-    Task,
-    build_message,
-)
-from activities.credentials import BearerToken, as_token
-from activities.sandbox_api import (
-    AdmitResponse,
-    ExecutorInstance,
-    InstanceList,
+    FleetError,
+    Instance,
+    InstancesList,
+    Problem,
     ReconcileRequest,
     RuntimeIdentity,
-    WorkloadResponse,
+    Task,
 )
+from activities.credentials import BearerToken, as_token
+from activities.sandbox_api import AdmitResponse
+from activities.sandbox_api import InstanceList as LocalInstanceList
 from workflows.contract import (
     InventorySnapshot,
     ReconciliationReport,
@@ -60,8 +66,10 @@ from workflows.contract import (
     WorkloadStatus,
     to_wire,
 )
+from workflows.workload.messages import Target
 
 M = TypeVar("M", bound=BaseModel)
+log = logging.getLogger(__name__)
 EventHook = Callable[..., Awaitable[None]]
 
 
@@ -140,7 +148,28 @@ _BY_CODE: dict[str, type[SandboxError]] = {
     "executor.task_not_found": TaskNotFound,
     "executor.instance_not_found": InstanceNotFound,
     "auth.unauthorized": Unauthorized,
+    # the real executor's problem-document codes (agentic-sandbox-executor, commit e901dc2):
+    "task.not_cancelable": TaskNotCancelable,  # handlers/cancel_task.rs
+    "task.not_found": TaskNotFound,  # handlers/cancel_task.rs, handlers/get_task.rs
+    "instance.not_found": InstanceNotFound,  # instance.rs
+    "idempotency.key_reused": IdempotencyCollision,  # extensions/idempotency.rs
 }
+
+
+def _error_body(body: Any) -> tuple[str, str] | None:
+    """(code, message) of a fleet error `{"error", "message"}` or an RFC 7807 problem document."""
+    if not isinstance(body, dict):
+        return None
+    try:
+        if isinstance(body.get("error"), str):
+            fleet = FleetError.model_validate(body)
+            return fleet.error, fleet.message
+        if isinstance(body.get("code"), str):
+            problem = Problem.model_validate(body)
+            return problem.code, problem.detail or problem.title
+    except ValidationError:
+        return None
+    return None
 
 
 def error_from_response(response: httpx.Response) -> SandboxError:
@@ -150,13 +179,14 @@ def error_from_response(response: httpx.Response) -> SandboxError:
         body = response.json()
     except (json.JSONDecodeError, UnicodeDecodeError):
         body = None
-    if isinstance(body, dict) and isinstance(body.get("error"), str):
-        code, message = body["error"], str(body.get("message", ""))
+    parsed = _error_body(body)
+    if parsed is not None:
+        code, message = parsed
     else:
         code, message = f"http.{status}", response.text[:300] or response.reason_phrase
     if status >= 500 or status in (408, 429):
         return SubstrateUnavailable(code, message, status)
-    if status == 401:
+    if status in (401, 403):
         return Unauthorized(code, message, status)
     if code == "fleet.stale_revision" or (status == 409 and isinstance(body, dict) and "current_revision" in body):
         current = body.get("current_revision") if isinstance(body, dict) else None
@@ -178,6 +208,17 @@ def _unavailable(method: str, path: str, error: Exception) -> SubstrateUnavailab
     if isinstance(cause, (httpx.TimeoutException, asyncio.TimeoutError)):
         return SubstrateUnavailable("http.timeout", f"{method} {path} timed out: {type(cause).__name__}")
     return SubstrateUnavailable("http.unreachable", f"{method} {path} failed: {type(cause).__name__} {cause}")
+
+
+_UNREAD: Any = object()
+
+
+def _json(response: httpx.Response) -> Any:
+    """The body as JSON, or `_UNREAD` if it is not JSON (so `_parse` reports it)."""
+    try:
+        return response.json()
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return _UNREAD
 
 
 class _Client:
@@ -231,9 +272,9 @@ class _Client:
         raise error_from_response(response)
 
     @staticmethod
-    def _parse(model: type[M], response: httpx.Response) -> M:
+    def _parse(model: type[M], response: httpx.Response, body: Any = _UNREAD) -> M:
         try:
-            return model.model_validate(response.json())
+            return model.model_validate(response.json() if body is _UNREAD else body)
         except (json.JSONDecodeError, UnicodeDecodeError, ValidationError) as error:
             raise ProtocolViolation(
                 "client.invalid_response",
@@ -256,11 +297,17 @@ class FleetClient(_Client):
         return self._parse(WorkloadRecord, response)
 
     async def inventory(self) -> InventorySnapshot | None:
-        """The whole fleet, or None while it holds no workload (the contract needs >= 1 record)."""
+        """The whole fleet, or None while it holds no workload (the contract needs >= 1 record).
+
+        The real server answers an empty fleet 200 with `records: []` (fleet.rs `inventory`);
+        the local substrate answers 204."""
         response = await self._request("GET", "/api/v2/fleet/workloads")
         if response.status_code == 204:
             return None
-        return self._parse(InventorySnapshot, response)
+        body = _json(response)
+        if isinstance(body, dict) and body.get("records") == []:
+            return None
+        return self._parse(InventorySnapshot, response, body)
 
     async def observe(
         self,
@@ -274,22 +321,44 @@ class FleetClient(_Client):
         if runtime_identity is not None:
             body["runtime_identity"] = runtime_identity.model_dump(exclude_none=True)
         response = await self._request("POST", f"/api/v2/fleet/workloads/{_segment(child_id)}/observations", body=body)
-        return self._parse(WorkloadResponse, response).workload
+        answer = _json(response)
+        if isinstance(answer, dict) and set(answer) == {"workload"}:
+            answer = answer["workload"]  # the local substrate's envelope; the real server's is bare
+        return self._parse(WorkloadRecord, response, answer)
 
     async def reconcile(self, before_revision: int, child_ids: list[str]) -> ReconciliationReport:
         request = ReconcileRequest(before_revision=before_revision, child_ids=child_ids)
         response = await self._request("POST", "/api/v2/fleet/reconcile", body=request.model_dump())
         return self._parse(ReconciliationReport, response)
 
-    async def instances(self) -> list[ExecutorInstance]:
+    async def instances(self) -> list[Target]:
+        """The dispatch targets: every instance the server lists, as a `Target` (`target_for`).
+
+        `degraded_providers` (a runtime the server could not enumerate) are logged, not fatal:
+        the instances it could list are still targets."""
         response = await self._request("GET", "/api/v2/admin/instances")
-        return self._parse(InstanceList, response).instances
+        body = _json(response)
+        if isinstance(body, dict) and "instances" in body and "items" not in body:
+            local = self._parse(LocalInstanceList, response, body)  # the local substrate's shape
+            return [Target.model_validate(instance.model_dump()) for instance in local.instances]
+        listing = self._parse(InstancesList, response, body)
+        for degraded in listing.degraded_providers:
+            log.warning("Agentic Sandbox could not list %s instances: %s %s", degraded.runtime, degraded.code,
+                        degraded.detail)  # fmt: skip
+        return [target_for(instance) for instance in listing.items]
 
 
 class ExecutorClient(_Client):
-    """The executor plane (A2A): dispatch a workload's task, read it, cancel it."""
+    """The executor plane (A2A): dispatch a workload's task, read it, cancel it.
+
+    Every POST carries `A2A-Extensions` with the runtime extension: the real executor requires it
+    on every mutating route and answers 400 `extension.required_not_activated` without it
+    (agentic-sandbox-executor `extensions/mod.rs` `enforce_required`); `messages:send` also
+    activates the idempotency extension, keyed on `messageId`.
+    """
 
     EXTENSIONS = f"{RUNTIME_EXTENSION}, {IDEMPOTENCY_EXTENSION}"
+    CANCEL_EXTENSIONS = RUNTIME_EXTENSION
 
     async def send_message(self, instance_id: str, message: Dispatch | MessageSendParams) -> Task:
         """Start (or, for a known `messageId`, find again) the task for one workload."""
@@ -309,9 +378,48 @@ class ExecutorClient(_Client):
     async def cancel_task(self, instance_id: str, task_id: str) -> Task:
         """Cancel; idempotent for a task already cancelled, `TaskNotCancelable` if it ended otherwise."""
         response = await self._request(
-            "POST", f"/agents/{_segment(instance_id)}/v1/tasks/{_segment(task_id)}/cancel"
+            "POST",
+            f"/agents/{_segment(instance_id)}/v1/tasks/{_segment(task_id)}/cancel",
+            headers={EXTENSIONS_HEADER: self.CANCEL_EXTENSIONS},
         )
         return self._parse(Task, response)
+
+
+_ISOLATION_FOR_RUNTIME: dict[str, str] = {"qemu": "vm", "docker": "container", "host": "host"}
+_ALL_KINDS = ["one-shot-command", "daemon", "persistent-agent", "scheduled-collector"]
+
+
+def target_for(instance: Instance) -> Target:
+    """The dispatch target a real server's instance stands for.
+
+    `GET /api/v2/admin/instances` (management/src/http/admin_v2.rs `InstancesList`, items built
+    by `build_instance_from_registered_context` and its siblings for VMs and containers) lists
+    `{id, name, runtime, provider, capabilities, state, agent_card_url, ...}`; `Target` is what the
+    mission's planner needs (`workflows.mission.planning`). The mapping:
+
+    - `id` is the instance id, the `{id}` of `/agents/{id}/v1/...` (its `agent_card_url`).
+    - `executor_id` is the instance id too: each instance is its own A2A executor (its own agent
+      card); the server has no separate executor identity.
+    - `runtime_id` is `<runtime>:<name>` (`name` is the runtime-native launch name).
+    - `isolation_kinds` from `runtime`: "qemu" -> vm, "docker" -> container, "host" -> host (the
+      three values the server writes); anything else is "custom", so only a child asking for
+      custom isolation goes there.
+    - `status` is "ready" only for `state == "running"` (a registered context that `is_ready()`);
+      "stopped" and every other state is "offline", so nothing is planned onto it.
+    - `workload_kinds` is all four: the server advertises no per-instance workload kinds (its
+      `capabilities` are instance operations such as `instance.checkpoint`, not workload kinds),
+      and the fleet plane admits every kind of the contract. The capabilities are not used.
+    - `active_tasks` is 0: the instance list carries no task count.
+    """
+    return Target(
+        id=instance.id,
+        executor_id=instance.id,
+        runtime_id=f"{instance.runtime}:{instance.name or instance.id}",
+        workload_kinds=list(_ALL_KINDS),  # type: ignore[arg-type]
+        isolation_kinds=[_ISOLATION_FOR_RUNTIME.get(instance.runtime, "custom")],  # type: ignore[list-item]
+        status="ready" if instance.state == "running" else "offline",
+        active_tasks=0,
+    )
 
 
 def _segment(value: str) -> str:

@@ -158,7 +158,7 @@ class TaskView(_Message):
 
     instance_id: str
     task_id: str
-    context_id: str
+    context_id: str | None = None  # the real executor sends contextId only if the message carried one
     state: TaskState
     status_text: str | None = None
     artifact_names: list[str] = Field(default_factory=list)

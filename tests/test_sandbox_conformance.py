@@ -1,0 +1,214 @@
+"""The client against the real Agentic Sandbox server's response shapes (commit e901dc2).
+
+The fake server here is built only from the golden bodies in `tests/fixtures/agentic_sandbox/`
+(each names the server function it follows), so these tests hold the client to the real
+server's wire, not to our local substrate's (which `tests/test_substrate_api.py` covers).
+One test per known difference between the two; the real server cannot run here, so it is faked
+with `httpx.MockTransport`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from pydantic import ValidationError
+
+from activities.a2a import Dispatch
+from activities.agentic_sandbox_api import (
+    RUNTIME_EXTENSION,
+    ReconcileRequest,
+    RuntimeIdentity,
+    reset_unknown_field_warnings,
+)
+from activities.sandbox_client import (
+    ExecutorClient,
+    FleetClient,
+    FleetRejected,
+    IdempotencyCollision,
+    TaskNotCancelable,
+    TaskNotFound,
+    error_from_response,
+)
+from workflows.contract import WorkloadStatus
+from workflows.workload.messages import Target
+
+FIXTURES = Path(__file__).parent / "fixtures" / "agentic_sandbox"
+BASE = "http://sandbox.test"
+HOST_ID = "0193a1c2-0000-7000-8000-000000000001"
+
+
+def fixture(name: str) -> dict[str, Any]:
+    return json.loads((FIXTURES / f"{name}.json").read_text())
+
+
+class RealServer:
+    """Routes requests to golden responses, and refuses a POST under /agents without the
+    runtime extension as the real executor's middleware does."""
+
+    def __init__(self) -> None:
+        self.requests: list[httpx.Request] = []
+        self.overrides: dict[tuple[str, str], dict[str, Any]] = {}
+
+    def route(self, method: str, path: str) -> str:
+        agents = f"/agents/{HOST_ID}/v1"
+        routes = {
+            ("GET", "/api/v2/admin/instances"): "instances",
+            ("GET", "/api/v2/fleet/workloads"): "inventory-empty",
+            ("POST", "/api/v2/fleet/workloads/c-1/observations"): "observation",
+            ("POST", f"{agents}/messages:send"): "task-submitted",
+            ("GET", f"{agents}/tasks/task-8"): "task-failed",
+            ("POST", f"{agents}/tasks/task-working/cancel"): "task-canceled",
+            ("POST", f"{agents}/tasks/task-done/cancel"): "problem-task-not-cancelable",
+            ("GET", f"{agents}/tasks/task-missing"): "problem-task-not-found",
+        }
+        return routes[(method, path)]
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        self.requests.append(request)
+        path = request.url.path
+        if request.method == "POST" and path.startswith("/agents/"):
+            activated = {u.strip() for v in request.headers.get_list("A2A-Extensions") for u in v.split(",")}
+            if RUNTIME_EXTENSION not in activated:
+                return self.respond(fixture("problem-extension-required"))
+            if path.endswith("/messages:send") and json.loads(request.content)["message"]["messageId"] == "reused":
+                return self.respond(fixture("problem-idempotency-key-reused"))
+        golden = self.overrides.get((request.method, path)) or fixture(self.route(request.method, path))
+        return self.respond(golden)
+
+    @staticmethod
+    def respond(golden: dict[str, Any]) -> httpx.Response:
+        headers = {"Content-Type": "application/json", **golden.get("headers", {})}
+        return httpx.Response(golden["status"], headers=headers, content=json.dumps(golden["body"]))
+
+
+@pytest.fixture
+def server() -> RealServer:
+    reset_unknown_field_warnings()
+    return RealServer()
+
+
+@pytest.fixture
+async def fleet(server: RealServer) -> AsyncIterator[FleetClient]:
+    async with FleetClient(BASE, "admin-token", transport=httpx.MockTransport(server)) as client:
+        yield client
+
+
+@pytest.fixture
+async def executor(server: RealServer) -> AsyncIterator[ExecutorClient]:
+    async with ExecutorClient(BASE, "operator-token", transport=httpx.MockTransport(server)) as client:
+        yield client
+
+
+def dispatch(message_id: str = "m-1:c-1") -> Dispatch:
+    return Dispatch(message_id=message_id, child_id="c-1", kind="one-shot-command", prompt="true")
+
+
+# --- row 1: the instance list is {"items": [...]} of runtime instances -----------------------
+
+
+async def test_instances_are_items_mapped_to_targets_by_runtime_and_state(fleet: FleetClient) -> None:
+    targets = await fleet.instances()
+    assert targets == [
+        Target(id=HOST_ID, executor_id=HOST_ID, runtime_id="host:host-runner-1",
+               workload_kinds=["one-shot-command", "daemon", "persistent-agent", "scheduled-collector"],
+               isolation_kinds=["host"], status="ready", active_tasks=0),
+        Target(id="0193a1c2-0000-7000-8000-000000000002", executor_id="0193a1c2-0000-7000-8000-000000000002",
+               runtime_id="docker:agent-docker-2",
+               workload_kinds=["one-shot-command", "daemon", "persistent-agent", "scheduled-collector"],
+               isolation_kinds=["container"], status="ready", active_tasks=0),
+        Target(id="0193a1c2-0000-7000-8000-000000000003", executor_id="0193a1c2-0000-7000-8000-000000000003",
+               runtime_id="qemu:agent-vm-3",
+               workload_kinds=["one-shot-command", "daemon", "persistent-agent", "scheduled-collector"],
+               isolation_kinds=["vm"], status="offline", active_tasks=0),
+    ]  # fmt: skip
+
+
+async def test_unknown_response_fields_are_ignored_and_logged_once(
+    fleet: FleetClient, server: RealServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    golden = fixture("instances")
+    for item in golden["body"]["items"]:
+        item["placement_zone"] = "rack-4"  # a field a later server adds
+    server.overrides[("GET", "/api/v2/admin/instances")] = golden
+    with caplog.at_level(logging.WARNING, logger="activities.agentic_sandbox_api"):
+        assert len(await fleet.instances()) == 3
+        assert len(await fleet.instances()) == 3
+    mentions = [r for r in caplog.records if "placement_zone" in r.getMessage()]
+    assert len(mentions) == 1 and mentions[0].levelno == logging.WARNING
+    assert "Instance" in mentions[0].getMessage()
+
+
+# --- row 2: an observation answers the bare record -------------------------------------------
+
+
+async def test_observation_answers_the_bare_record(fleet: FleetClient) -> None:
+    status = WorkloadStatus.model_validate(fixture("observation")["body"]["status"])
+    record = await fleet.observe("c-1", 1, status)
+    assert (record.lineage.child_id, record.lineage.task_id, record.status.revision) == ("c-1", "task-7", 2)
+
+
+# --- row 3: a task has contextId only if the message carried one; status has more fields -----
+
+
+async def test_task_without_context_id_and_with_extra_status_fields(executor: ExecutorClient) -> None:
+    submitted = await executor.send_message(HOST_ID, dispatch())
+    assert (submitted.id, submitted.status.state, submitted.context_id) == ("task-7", "submitted", None)
+    failed = await executor.get_task(HOST_ID, "task-8")
+    assert failed.terminal and failed.context_id is None
+    assert (failed.status.fail_kind, failed.status.terminal_at) == ("runtime", "2026-12-01T12:00:03.000000+00:00")
+    assert failed.status.summary == "exit status 2"
+
+
+# --- row 4: every POST under /agents carries the runtime extension ---------------------------
+
+
+async def test_every_agents_post_carries_the_runtime_extension_cancel_too(
+    executor: ExecutorClient, server: RealServer
+) -> None:
+    await executor.send_message(HOST_ID, dispatch())
+    canceled = await executor.cancel_task(HOST_ID, "task-working")
+    assert canceled.status.state == "canceled"
+    posts = [r for r in server.requests if r.method == "POST"]
+    assert len(posts) == 2
+    for request in posts:
+        assert RUNTIME_EXTENSION in request.headers["A2A-Extensions"].split(", ")
+
+
+# --- row 5: errors are problem documents typed by `code` -------------------------------------
+
+
+async def test_problem_documents_are_typed_by_code(executor: ExecutorClient, server: RealServer) -> None:
+    with pytest.raises(TaskNotCancelable) as ended:
+        await executor.cancel_task(HOST_ID, "task-done")
+    assert (ended.value.status, ended.value.code) == (409, "task.not_cancelable")
+    assert ended.value.message == "Task 'task-done' is in terminal state 'completed'"
+    with pytest.raises(TaskNotFound) as missing:
+        await executor.get_task(HOST_ID, "task-missing")
+    assert (missing.value.status, missing.value.code) == (404, "task.not_found")
+    with pytest.raises(IdempotencyCollision) as reused:
+        await executor.send_message(HOST_ID, dispatch("reused"))
+    assert (reused.value.status, reused.value.code) == (422, "idempotency.key_reused")
+    refused = RealServer.respond(fixture("problem-extension-required"))
+    error = error_from_response(refused)
+    assert isinstance(error, FleetRejected) and error.code == "extension.required_not_activated"
+
+
+# --- row 8: an empty fleet is 200 with records: [] -------------------------------------------
+
+
+async def test_empty_inventory_is_200_with_no_records(fleet: FleetClient, server: RealServer) -> None:
+    assert await fleet.inventory() is None
+    assert [r.url.path for r in server.requests] == ["/api/v2/fleet/workloads"]
+
+
+async def test_requests_stay_strict() -> None:
+    with pytest.raises(ValidationError):
+        RuntimeIdentity.model_validate({"task_id": "t-1", "tusk_id": "typo"})
+    with pytest.raises(ValidationError):
+        ReconcileRequest.model_validate({"before_revision": 0, "child_ids": []})
