@@ -6,6 +6,11 @@ or `TEMPORAL_CONFIG_FILE`), `TEMPORAL_PROFILE`, `TEMPORAL_ADDRESS`,
 back to the local dev server that `conductor dev` starts. Every client uses the
 pydantic data converter, as the workers and the replayer do.
 
+The CLI's global flags (`conductor --address H:P --namespace NS --profile NAME ...`) are the
+one override on top: `worker.cli.run` checks them (`ConnectionFlags.checked`) and holds them
+with `using_flags` for the invocation, and `connect_options` applies them, so every command
+that connects sees them. Precedence: flag > TEMPORAL_* variable > profile file > default.
+
 `Reconnect` carries a waiting call through a Temporal restart or a network break: it
 retries only lost connections, with backoff, for `CONDUCTOR_RECONNECT_SECONDS` (60 s).
 """
@@ -15,8 +20,11 @@ from __future__ import annotations
 import asyncio
 import math
 import os
+import re
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, TypeVar
 
@@ -30,22 +38,109 @@ DEFAULT_ADDRESS = "127.0.0.1:7233"
 DEFAULT_NAMESPACE = "default"
 
 
+MAX_NAME_CHARS = 256  # a namespace or profile name given as a flag
+
+
+class ConnectionSettingError(ValueError):
+    """A connection flag's value cannot be used; the message is one line naming the flag."""
+
+
+def check_address(value: str, source: str = "--address") -> str:
+    """`value` if it is HOST:PORT (an IPv6 host in brackets) with a port 1-65535."""
+    match = re.fullmatch(r"(\[[0-9A-Fa-f:.]+\]|[^\s:\[\]/]+):([0-9]{1,5})", value)
+    if match is None:
+        raise ConnectionSettingError(
+            f"{source} must be HOST:PORT (for example 127.0.0.1:7233), got {value!r}"
+        )
+    if not 1 <= int(match.group(2)) <= 65535:
+        raise ConnectionSettingError(f"{source} must have a port from 1 to 65535, got {value!r}")
+    return value
+
+
+def check_name(value: str, source: str) -> str:
+    """`value` if it is a usable namespace or profile name: non-empty, printable, at most 256 characters."""
+    if not value or value.strip() != value:
+        raise ConnectionSettingError(f"{source} must be a non-empty name without surrounding spaces, got {value!r}")
+    if not value.isprintable():
+        raise ConnectionSettingError(f"{source} must be printable characters only, got {value!r}")
+    if len(value) > MAX_NAME_CHARS:
+        raise ConnectionSettingError(f"{source} must be at most {MAX_NAME_CHARS} characters, got {len(value)}")
+    return value
+
+
+@dataclass(frozen=True)
+class ConnectionFlags:
+    """The CLI's global connection flags for one invocation (None: not given)."""
+
+    address: str | None = None
+    namespace: str | None = None
+    profile: str | None = None
+
+    @classmethod
+    def checked(cls, address: str | None = None, namespace: str | None = None, profile: str | None = None) -> ConnectionFlags:
+        """The flags, each validated (`ConnectionSettingError` on the first bad one)."""
+        return cls(
+            address=None if address is None else check_address(address),
+            namespace=None if namespace is None else check_name(namespace, "--namespace"),
+            profile=None if profile is None else check_name(profile, "--profile"),
+        )
+
+    def given(self) -> list[str]:
+        return [f"--{name}" for name in ("address", "namespace", "profile") if getattr(self, name) is not None]
+
+
+NO_FLAGS = ConnectionFlags()
+_flags = NO_FLAGS  # one CLI invocation at a time per process; the workers never set it
+
+
+@contextmanager
+def using_flags(flags: ConnectionFlags) -> Iterator[None]:
+    """Every `connect_options` / `connect` inside (any thread) applies `flags`."""
+    global _flags
+    previous, _flags = _flags, flags
+    try:
+        yield
+    finally:
+        _flags = previous
+
+
 def connect_options(profile: str | None = None) -> dict[str, Any]:
-    options: dict[str, Any] = dict(ClientConfig.load_client_connect_config(profile=profile))
+    """`Client.connect` arguments: envconfig (profile file, then TEMPORAL_*), then the CLI's flags.
+
+    `profile` (a command's own option) wins over the global `--profile`, which wins over
+    TEMPORAL_PROFILE. A profile that cannot be loaded is a `ConnectionSettingError`.
+    """
+    flags = _flags
+    chosen = profile if profile is not None else flags.profile
+    try:
+        options: dict[str, Any] = dict(ClientConfig.load_client_connect_config(profile=chosen))
+    except Exception as error:  # the core's ConfigError: a missing profile, a file that is not TOML, ...
+        raise ConnectionSettingError(f"cannot load the Temporal environment configuration: {one_line(error)}") from None
+    if flags.address is not None:
+        options["target_host"] = flags.address
+    if flags.namespace is not None:
+        options["namespace"] = flags.namespace
     options.setdefault("target_host", DEFAULT_ADDRESS)
     options.setdefault("namespace", DEFAULT_NAMESPACE)
     return options
 
 
+def one_line(error: BaseException) -> str:
+    return " ".join(str(error).split()) or type(error).__name__
+
+
 async def connect(profile: str | None = None, **overrides: Any) -> Client:
-    options = {**connect_options(profile), **overrides}
+    try:
+        options = {**connect_options(profile), **overrides}
+    except ConnectionSettingError as error:
+        raise ConnectionError(str(error)) from None
     target = options.pop("target_host")
     try:
         return await Client.connect(target, data_converter=pydantic_data_converter, **options)
     except RuntimeError as error:
         raise ConnectionError(
             f"cannot reach Temporal at {target} (namespace {options.get('namespace')}): {error}. "
-            "Start the local stack with `conductor dev`, or point TEMPORAL_ADDRESS / a profile at your server."
+            "Start the local stack with `conductor dev`, or point --address / TEMPORAL_ADDRESS / a profile at your server."
         ) from None
 
 

@@ -7,6 +7,11 @@ an exit code) on each leaf.
 Bad input (a file, standard input, an argument's value) is refused through
 `worker.inputs`: a command raises `InputError` before anything is sent, and
 `run` prints its one line as `conductor: <message>` and exits 2.
+
+Global options, before the subcommand, as the `temporal` CLI has them: `--version`, and the
+connection flags `--address HOST:PORT`, `--namespace NS`, `--profile NAME`, checked before any
+command runs (a bad value: one line, exit 2) and applied by `worker.connection` to every
+command that connects (flag > TEMPORAL_* variable > profile file > default).
 """
 
 from __future__ import annotations
@@ -15,10 +20,16 @@ import argparse
 import importlib
 import os
 import sys
+import tomllib
 from collections.abc import Sequence
+from importlib import metadata
+from pathlib import Path
 
+from worker.connection import ConnectionFlags, ConnectionSettingError, using_flags
 from worker.inputs import InputError
 from worker.process import exit_now
+
+DISTRIBUTION = "mission-conductor"
 
 SUBCOMMANDS = (
     "worker.cli.contract",
@@ -28,7 +39,36 @@ SUBCOMMANDS = (
     "worker.cli.dev",
     "worker.cli.worker_cmd",
     "worker.cli.demo",
+    "worker.cli.completion",
 )
+
+# Commands that start a Temporal server of their own: a connection flag would be silently ignored.
+OWN_SERVER = frozenset({"dev", "demo"})
+
+
+def version() -> str:
+    """The installed distribution's version, else the source tree's pyproject.toml, else "unknown"."""
+    try:
+        return metadata.version(DISTRIBUTION)
+    except metadata.PackageNotFoundError:
+        pass
+    try:
+        with (Path(__file__).resolve().parents[2] / "pyproject.toml").open("rb") as file:
+            return str(tomllib.load(file)["project"]["version"])
+    except (OSError, KeyError, tomllib.TOMLDecodeError):
+        return "unknown"
+
+
+class _VersionRequested(Exception):
+    pass
+
+
+class _VersionAction(argparse.Action):
+    def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: object) -> None:
+        super().__init__(option_strings, dest=argparse.SUPPRESS, default=argparse.SUPPRESS, nargs=0, **kwargs)
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:  # noqa: ANN001
+        raise _VersionRequested
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -36,6 +76,13 @@ def build_parser() -> argparse.ArgumentParser:
         prog="conductor",
         description="Mission Conductor: run fleets of agentic workloads fairly and durably.",
     )
+    parser.add_argument("--version", action=_VersionAction, help="print conductor's version and exit")
+    connection = parser.add_argument_group(
+        "Temporal connection", "override the environment configuration (TEMPORAL_* variables, profile file)"
+    )
+    connection.add_argument("--address", dest="temporal_address", metavar="HOST:PORT", help="Temporal frontend address")
+    connection.add_argument("--namespace", dest="temporal_namespace", metavar="NS", help="Temporal namespace")
+    connection.add_argument("--profile", dest="temporal_profile", metavar="NAME", help="environment-configuration profile")
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for module_name in SUBCOMMANDS:
         importlib.import_module(module_name).register(subparsers)
@@ -44,10 +91,21 @@ def build_parser() -> argparse.ArgumentParser:
 
 def run(argv: Sequence[str] | None = None) -> int:
     """Parse and run one command; returns its exit code (used by tests)."""
-    args = build_parser().parse_args(argv)
     try:
-        return int(args.func(args) or 0)
-    except InputError as error:
+        args = build_parser().parse_args(argv)
+    except _VersionRequested:
+        print(f"conductor {version()}")
+        return 0
+    try:
+        flags = ConnectionFlags.checked(args.temporal_address, args.temporal_namespace, args.temporal_profile)
+        if args.command in OWN_SERVER and flags.given():
+            raise InputError(
+                f"{flags.given()[0]} does not apply to `conductor {args.command}`: it starts a Temporal server "
+                f"of its own (see `conductor {args.command} --help`)"
+            )
+        with using_flags(flags):
+            return int(args.func(args) or 0)
+    except (InputError, ConnectionSettingError) as error:
         print(f"conductor: {error}", file=sys.stderr)
         return 2
 

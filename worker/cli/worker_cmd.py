@@ -16,7 +16,7 @@ from pathlib import Path
 
 from activities.credentials import MissingCredential, executor_token, fleet_token
 from worker.config import WorkerConfig
-from worker.connection import connect, connect_options
+from worker.connection import ConnectionSettingError, connect, connect_options
 from worker.signals import stop_requested
 from worker.worker import build_worker
 
@@ -29,7 +29,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "tokens CONDUCTOR_FLEET_TOKEN and CONDUCTOR_EXECUTOR_TOKEN (or *_FILE). Options override the environment.",
         allow_abbrev=False,
     )
-    worker.add_argument("--profile", help="Temporal environment-configuration profile (default: TEMPORAL_PROFILE)")
+    worker.add_argument(
+        "--profile", help="Temporal environment-configuration profile (default: conductor --profile, then TEMPORAL_PROFILE)"
+    )
     worker.add_argument("--substrate-url", help="substrate base URL (default: CONDUCTOR_SUBSTRATE_URL)")
     worker.add_argument("--task-queue", help="task queue (default: CONDUCTOR_TASK_QUEUE or mission-conductor)")
     worker.add_argument("--data-dir", type=Path, help="audit and ledger stores (default: CONDUCTOR_DATA_DIR or .conductor)")
@@ -59,10 +61,10 @@ def run_worker(args: argparse.Namespace) -> int:
 
 async def _serve(config: WorkerConfig, profile: str | None) -> int:
     with stop_requested() as stop:
-        options = connect_options(profile)
         try:
+            options = connect_options(profile)
             client = await connect(profile)
-        except ConnectionError as error:
+        except (ConnectionError, ConnectionSettingError) as error:
             print(f"conductor worker: {error}", file=sys.stderr)
             return 1
         try:
