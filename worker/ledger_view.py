@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+
 from workflows.mission.ledger import ChildLedger, MissionLedger
 
 
@@ -28,7 +30,11 @@ def render_progress(ledger: MissionLedger) -> str:
     )
 
 
-def render_ledger(ledger: MissionLedger) -> str:
+def render_ledger(
+    ledger: MissionLedger, *, waits: Mapping[str, str] | None = None, notes: Sequence[str] = (),
+) -> str:
+    """The ledger for a person; `waits` adds a line under a child saying why it waits (its place in
+    the admission queue), `notes` lines at the end (e.g. that the queue could not be read)."""
     summary = ledger.aggregation
     lines = [
         f"mission {ledger.mission_id}: {ledger.parent_state}",
@@ -44,6 +50,10 @@ def render_ledger(ledger: MissionLedger) -> str:
     if ledger.cancellation:
         lines.append(f"  cancellation: {ledger.cancellation}")
     lines.append("  children:")
-    lines.extend(_child_line(child) for child in ledger.children)
+    for child in ledger.children:
+        lines.append(_child_line(child))
+        if waits and child.child_id in waits:
+            lines.append(f"         {waits[child.child_id]}")
     lines.append(f"  ledger snapshot {ledger.snapshot_seq}")
+    lines.extend(f"  {note}" for note in notes)
     return "\n".join(lines)

@@ -140,6 +140,10 @@ class MissionControl:
         self._search_attributes = search_attributes
         self._reconnect = Reconnect(client, reconnect_seconds, announce=announce)
 
+    @property
+    def client(self) -> Client:
+        return self._client
+
     def handle(self, mission_id: str) -> WorkflowHandle:
         return self._client.get_workflow_handle(mission_workflow_id(mission_id), result_type=MissionLedger)
 

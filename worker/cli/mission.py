@@ -1,4 +1,4 @@
-"""`conductor mission ...`: start, run, watch, show, review, stop and cancel missions.
+"""`conductor mission ...`: list, start, run, watch, show, review, stop and cancel missions.
 
 Every mistake ends in one line on stderr (`conductor: ...`), never a traceback; `_run` maps them
 to exit codes in one place: 2 for input the command cannot use (a spec, an id, a setting), 1 for
@@ -12,9 +12,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import getpass
+import json
 import os
 import sys
 from collections.abc import Awaitable, Coroutine
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -25,6 +27,8 @@ from worker.config import WorkerConfig
 from worker.connection import CLI_RETRY_CONFIG, ReconnectSettingError, connect
 from worker.inputs import InputError, check_argument, label, one_line, read_json
 from worker.ledger_view import render_ledger, render_progress
+from worker.mission_list import MAX_LIMIT, MISSION_STATES, list_missions, mission_query, missions_table
+from worker.mission_waits import admission_waits
 from worker.mission_control import (
     MissionClosed,
     MissionControl,
@@ -55,7 +59,22 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     watch.add_argument("mission_id")
     watch.set_defaults(func=lambda args: _run(_watch(args)))
 
-    show = commands.add_parser("show", help="print a mission's ledger")
+    listing = commands.add_parser(
+        "list", help="missions from Temporal visibility, newest first",
+        description="One row per mission (its current run, if it continued as new): id, MissionState (its "
+        "outcome once closed), aggregation, host group, Temporal status, started, closed and duration.",
+    )
+    listing.add_argument("--state", metavar="STATE", help=f"only missions in this state ({', '.join(MISSION_STATES)})")
+    listing.add_argument("--host-group", metavar="G", help="only missions on this host group")
+    listing.add_argument("--orchestrator", metavar="O", help="only missions of this orchestrator")
+    status = listing.add_mutually_exclusive_group()
+    status.add_argument("--running", action="store_true", help="only missions whose workflow runs")
+    status.add_argument("--closed", action="store_true", help="only missions whose workflow has closed")
+    listing.add_argument("--limit", type=_positive_int, default=50, metavar="N", help="at most N missions (default 50)")
+    listing.add_argument("--json", action="store_true", help="print a JSON array for scripts")
+    listing.set_defaults(func=lambda args: _run(_list(args)))
+
+    show = commands.add_parser("show", help="print a mission's ledger, and why queued children wait")
     show.add_argument("mission_id")
     show.add_argument("--json", action="store_true")
     show.set_defaults(func=lambda args: _run(_show(args)))
@@ -76,6 +95,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     cancel = commands.add_parser("cancel", help="cancel a mission: children, runtime tasks and admission")
     cancel.add_argument("mission_id")
     cancel.set_defaults(func=lambda args: _run(_signal(args, "cancel")))
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if not 1 <= value <= MAX_LIMIT:
+        raise argparse.ArgumentTypeError(f"must be 1 to {MAX_LIMIT}, got {value}")
+    return value
 
 
 INTERRUPTED = 130  # as a shell reports a command ended by SIGINT
@@ -216,10 +245,30 @@ async def _watch(args: argparse.Namespace) -> int:
     return 0 if ledger.parent_state == "completed" else 1
 
 
+async def _list(args: argparse.Namespace) -> int:
+    query = mission_query(
+        state=args.state, host_group=args.host_group, orchestrator=args.orchestrator,
+        running=args.running, closed=args.closed,
+    )
+    client = await connect(retry_config=CLI_RETRY_CONFIG)
+    rows = await list_missions(client, query, args.limit)
+    now = datetime.now(timezone.utc)
+    if args.json:
+        print(json.dumps([row.as_json(now) for row in rows], indent=2))
+    else:
+        print(missions_table(rows, now))
+    return 0
+
+
 async def _show(args: argparse.Namespace) -> int:
     mission_id = _mission_id(args)
     control = await _control()
-    _print_ledger(await control.show(mission_id), args.json)
+    ledger = await control.show(mission_id)
+    if args.json:
+        _print_ledger(ledger, True)
+        return 0
+    waits, notes = await admission_waits(control, mission_id, ledger)
+    print(render_ledger(ledger, waits=waits, notes=notes))
     return 0
 
 
