@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from datetime import datetime, timezone
 
 from workflows.mission.ledger import ChildLedger, MissionLedger
 
@@ -21,13 +22,54 @@ def _child_line(child: ChildLedger) -> str:
     return f"  {mark:<6} {child.child_id:<20} {child.kind:<19} {state:<28} rev {child.revision if child.revision is not None else '-':<3} {target}{shown}{note}"
 
 
-def render_progress(ledger: MissionLedger) -> str:
+def progress_text(ledger: MissionLedger) -> str:
+    """What a progress line says, without the snapshot sequence: two ledgers with the same text
+    (e.g. before and after a lease renewal) say the same to a person."""
     summary = ledger.aggregation
     return (
-        f"[{ledger.snapshot_seq:>3}] {ledger.mission_id}: {ledger.parent_state} | "
+        f"{ledger.mission_id}: {ledger.parent_state} | "
         f"{len(summary.successful)} ok, {len(summary.failed)} failed, {len(summary.pending)} pending, "
         f"{len(summary.review_required)} review | " + ", ".join(f"{c.child_id}={c.observed_state}" for c in ledger.children)
     )
+
+
+def render_progress(ledger: MissionLedger, at: datetime | None = None) -> str:
+    """`HH:MM:SS snapshot N mission: state | counts | child=state, ...` (the time in UTC, left out
+    without `at`; N is the ledger's snapshot sequence, as `conductor mission show` ends with)."""
+    stamp = f"{at.astimezone(timezone.utc):%H:%M:%S} " if at is not None else ""
+    return f"{stamp}snapshot {ledger.snapshot_seq} {progress_text(ledger)}"
+
+
+def progress_record(ledger: MissionLedger, at: datetime, event: str = "progress") -> dict:
+    """One JSON Lines record of `conductor mission watch --json`."""
+    summary = ledger.aggregation
+    return {
+        "event": event,
+        "time": at.astimezone(timezone.utc).isoformat(),
+        "mission_id": ledger.mission_id,
+        "snapshot_seq": ledger.snapshot_seq,
+        "parent_state": ledger.parent_state,
+        "aggregation": {"mode": summary.mode, "reason": summary.reason},
+        "counts": {
+            "ok": len(summary.successful), "failed": len(summary.failed),
+            "pending": len(summary.pending), "review": len(summary.review_required),
+        },
+        "children": {c.child_id: c.observed_state for c in ledger.children},
+    }
+
+
+class ProgressLines:
+    """Says whether a ledger says something new (its `progress_text` differs from the last one's)."""
+
+    def __init__(self) -> None:
+        self._last: str | None = None
+
+    def changed(self, ledger: MissionLedger) -> bool:
+        text = progress_text(ledger)
+        if text == self._last:
+            return False
+        self._last = text
+        return True
 
 
 def render_ledger(

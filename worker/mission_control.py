@@ -348,9 +348,20 @@ class MissionControl:
         on_change: Callable[[MissionLedger], Awaitable[None] | None],
         *,
         interval: float = 0.5,
+        until_closed: bool = False,
+        on_verdict: Callable[[MissionLedger], Awaitable[None] | None] | None = None,
+        on_closed: Callable[[str], Awaitable[None] | None] | None = None,
     ) -> MissionLedger:
         """Call `on_change` with each new ledger until the mission's verdict settles (through restarts:
-        each read rides out a lost server)."""
+        each read rides out a lost server). With `until_closed`, until its workflow closes instead
+        (see `follow`; `on_closed` hears how, if it ended otherwise than by completing)."""
+        if until_closed:
+            ledger, closed_as = await self.follow(mission_id, on_change, on_verdict=on_verdict, interval=interval)
+            if closed_as is not None and on_closed is not None:
+                outcome = on_closed(closed_as)
+                if outcome is not None:
+                    await outcome
+            return ledger
         last_seq = -1
         while True:
             ledger = await self.show(mission_id)
@@ -362,3 +373,54 @@ class MissionControl:
             if is_final(ledger):
                 return ledger
             await asyncio.sleep(interval)
+
+    async def follow(
+        self,
+        mission_id: str,
+        on_ledger: Callable[[MissionLedger], Awaitable[None] | None],
+        *,
+        on_verdict: Callable[[MissionLedger], Awaitable[None] | None] | None = None,
+        interval: float = 0.5,
+    ) -> tuple[MissionLedger, str | None]:
+        """Follow a mission until its workflow closes (past the verdict: long-lived children are
+        supervised until `stop`). `on_ledger` gets each new snapshot; `on_verdict` once, when the
+        verdict has settled and the workflow still runs. Returns the final ledger (the workflow's
+        result) and None, or, if the workflow ended otherwise (cancelled, terminated ...), the last
+        ledger read and how it ended."""
+        handle = self.handle(mission_id)
+        last_seq = -1
+        last: MissionLedger | None = None
+        told_verdict = False
+
+        async def call(callback, ledger: MissionLedger) -> None:
+            outcome = callback(ledger)
+            if outcome is not None:
+                await outcome
+
+        while True:
+            description = await self._describe(mission_id, f"checking mission {mission_id}")
+            if description.status != WorkflowExecutionStatus.RUNNING:
+                break
+            try:
+                ledger = await self.show(mission_id)
+            except MissionClosed:
+                break
+            if ledger.snapshot_seq != last_seq:
+                last_seq, last = ledger.snapshot_seq, ledger
+                await call(on_ledger, ledger)
+            if is_final(ledger) and not told_verdict:
+                told_verdict = True
+                if on_verdict is not None:
+                    await call(on_verdict, ledger)
+            await asyncio.sleep(interval)
+        description = await self._describe(mission_id, f"checking mission {mission_id}")
+        if description.status == WorkflowExecutionStatus.COMPLETED:
+            final = await self._reconnect.call(handle.result, f"reading the final ledger of mission {mission_id}")
+            return final, None
+        closed_as = await self._closed_as(mission_id, description.status)
+        if last is None:
+            try:
+                last = await self.show(mission_id)
+            except Exception:  # a mission that closed before it was ever read, and cannot be queried
+                raise MissionClosed(mission_id, "watch", closed_as) from None
+        return last, closed_as

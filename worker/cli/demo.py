@@ -15,11 +15,12 @@ import asyncio
 import json
 import sys
 import time
+from datetime import datetime, timezone
 from importlib import resources
 from pathlib import Path
 
 from worker.inputs import InputError, label, read_json
-from worker.ledger_view import render_ledger, render_progress
+from worker.ledger_view import ProgressLines, render_ledger, render_progress
 from worker.mission_control import MissionControl, MissionSpecError, parse_spec
 from worker.stack import DEFAULT_DATA_DIR, DevStack, StackError
 
@@ -80,11 +81,17 @@ async def _demo(args: argparse.Namespace, spec) -> int:
         say()
         say(f"mission {spec.mission_id}: {spec.goal}")
         await control.start(spec)
-        ledger = await control.watch(spec.mission_id, lambda ledger: say(render_progress(ledger)))
+        lines = ProgressLines()
+
+        def progress(ledger) -> None:
+            if lines.changed(ledger):  # a snapshot that only renews a lease says nothing new
+                say(render_progress(ledger, datetime.now(timezone.utc)))
+
+        ledger = await control.watch(spec.mission_id, progress)
         verdict = ledger.parent_state
         # The verdict can settle before every one-shot child has finished: let them finish
         # (they are not stopped by a verdict), so the ledger shows their outputs.
-        ledger = await _one_shots_finished(control, spec.mission_id, say, shown=ledger.snapshot_seq)
+        ledger = await _one_shots_finished(control, spec.mission_id, progress, shown=ledger.snapshot_seq)
         say()
         say(render_ledger(ledger))
         say()
@@ -102,14 +109,14 @@ async def _demo(args: argparse.Namespace, spec) -> int:
         return 0 if verdict == "completed" else 1
 
 
-async def _one_shots_finished(control: MissionControl, mission_id: str, say, *, shown: int, within: float = 60.0):
+async def _one_shots_finished(control: MissionControl, mission_id: str, progress, *, shown: int, within: float = 60.0):
     deadline = asyncio.get_running_loop().time() + within
     last_seq = shown
     while True:
         ledger = await control.show(mission_id)
         if ledger.snapshot_seq != last_seq:
             last_seq = ledger.snapshot_seq
-            say(render_progress(ledger))
+            progress(ledger)
         running = [c for c in ledger.children if c.kind == "one-shot-command" and c.outcome == "pending"]
         if not running or asyncio.get_running_loop().time() > deadline:
             return ledger

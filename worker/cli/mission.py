@@ -26,7 +26,7 @@ from temporalio.service import RPCError
 from worker.config import WorkerConfig
 from worker.connection import CLI_RETRY_CONFIG, ReconnectSettingError, connect
 from worker.inputs import InputError, check_argument, label, one_line, read_json
-from worker.ledger_view import render_ledger, render_progress
+from worker.ledger_view import ProgressLines, progress_record, render_ledger, render_progress
 from worker.mission_list import MAX_LIMIT, MISSION_STATES, list_missions, mission_query, missions_table
 from worker.mission_waits import admission_waits
 from worker.mission_control import (
@@ -55,8 +55,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     run.add_argument("--json", action="store_true", help="print the final ledger as JSON")
     run.set_defaults(func=lambda args: _run(_run_mission(args)))
 
-    watch = commands.add_parser("watch", help="follow a mission's children until its verdict settles")
+    watch = commands.add_parser(
+        "watch", help="follow a mission until its workflow closes, a line per change",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description=WATCH_DESCRIPTION,
+    )
     watch.add_argument("mission_id")
+    watch.add_argument("--json", action="store_true", help="JSON Lines: one object per change, the last the final ledger")
+    watch.add_argument(
+        "--until-verdict", action="store_true",
+        help="stop once the verdict settles, not when the mission closes (long-lived children run on)",
+    )
     watch.set_defaults(func=lambda args: _run(_watch(args)))
 
     listing = commands.add_parser(
@@ -95,6 +104,27 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     cancel = commands.add_parser("cancel", help="cancel a mission: children, runtime tasks and admission")
     cancel.add_argument("mission_id")
     cancel.set_defaults(func=lambda args: _run(_signal(args, "cancel")))
+
+
+WATCH_DESCRIPTION = """\
+Follow a mission: a line each time what it says changes (a new ledger snapshot that
+changes nothing a person reads, e.g. a lease renewal, prints nothing):
+
+  HH:MM:SS snapshot N MISSION: STATE | K ok, K failed, K pending, K review | CHILD=STATE, ...
+
+HH:MM:SS is the time in UTC; N is the ledger's snapshot sequence (it grows with every
+recorded change, as the last line of `conductor mission show` says). Once the verdict
+settles, long-lived children (daemons, agents, collectors) stay supervised: watch says
+so once and keeps following until the mission closes (`conductor mission stop`), then
+prints the final ledger. Exit 0 iff the verdict is completed.
+
+--json prints JSON Lines instead, one object per change:
+  {"event": "progress", "time": ISO-8601 UTC, "mission_id", "snapshot_seq",
+   "parent_state", "aggregation": {"mode", "reason"}, "counts": {...},
+   "children": {CHILD_ID: STATE, ...}}
+one with "event": "verdict" when the verdict settles, and last "event": "final" with
+the same fields, "closed", and "ledger" (the whole final ledger).
+"""
 
 
 def _positive_int(text: str) -> int:
@@ -238,11 +268,52 @@ async def _run_mission(args: argparse.Namespace) -> int:
 async def _watch(args: argparse.Namespace) -> int:
     mission_id = _mission_id(args)
     control = await _control()
+    lines = ProgressLines()
+
+    def emit(record: dict) -> None:
+        print(json.dumps(record), flush=True)
+
+    def on_ledger(ledger: MissionLedger) -> None:
+        if not lines.changed(ledger):
+            return  # a new snapshot (a lease renewed, say) that says nothing new to a person
+        now = datetime.now(timezone.utc)
+        if args.json:
+            emit(progress_record(ledger, now))
+        else:
+            print(render_progress(ledger, now), flush=True)
+
+    def on_verdict(ledger: MissionLedger) -> None:
+        now = datetime.now(timezone.utc)
+        said = (
+            f"verdict settled: {ledger.parent_state}; mission {mission_id} runs on (long-lived children stay "
+            f"supervised) until `conductor mission stop {mission_id}`"
+        )
+        if args.json:
+            emit({**progress_record(ledger, now, "verdict"), "message": said})
+        else:
+            print(f"{now:%H:%M:%S} {said}", flush=True)
+
+    closed: list[str] = []  # how the workflow ended, if not by completing (cancelled, terminated ...)
     ledger = await _waiting(
-        mission_id, control.watch(mission_id, lambda ledger: print(render_progress(ledger), flush=True)), "watching",
+        mission_id,
+        control.watch(
+            mission_id, on_ledger, until_closed=not args.until_verdict, on_verdict=on_verdict, on_closed=closed.append,
+        ),
+        "watching",
     )
-    print(render_ledger(ledger))
-    return 0 if ledger.parent_state == "completed" else 1
+    closed_as = closed[0] if closed else None
+    now = datetime.now(timezone.utc)
+    if args.json:
+        record = {**progress_record(ledger, now, "final"), "closed": not args.until_verdict}
+        if closed_as is not None:
+            record["closed_as"] = closed_as
+        record["ledger"] = ledger.model_dump(mode="json")
+        emit(record)
+    else:
+        if closed_as is not None:
+            print(f"{now:%H:%M:%S} mission {mission_id} closed: {closed_as}; its last ledger:", flush=True)
+        print(render_ledger(ledger))
+    return 0 if ledger.parent_state == "completed" and closed_as is None else 1
 
 
 async def _list(args: argparse.Namespace) -> int:
