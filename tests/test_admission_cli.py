@@ -12,7 +12,6 @@ import asyncio
 import json
 import re
 import socket
-from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 
@@ -21,6 +20,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from temporalio.testing import WorkflowEnvironment
 
 from tests.admission_harness import Harness, admission_harness
+from tests.cli_support import Result, without_profiles
 from worker import admission_live
 from worker.cli import run
 from worker.tables import human_duration
@@ -29,17 +29,6 @@ from workflows.admission.model import AdmissionPolicy
 from workflows.admission.probe import ProbeRequest
 
 HOLD = 3600
-
-
-@dataclass
-class Result:
-    code: int
-    out: str
-    err: str
-
-    @property
-    def json(self):
-        return json.loads(self.out)
 
 
 class Conductor:
@@ -61,12 +50,7 @@ class Conductor:
 
 @pytest.fixture
 def conductor(dev_env: WorkflowEnvironment, capsys, monkeypatch, tmp_path) -> Conductor:
-    empty_profile_file = tmp_path / "temporal.toml"
-    empty_profile_file.write_text("")
-    # Only the environment decides where the CLI connects: no profile of whoever runs the tests.
-    monkeypatch.setenv("TEMPORAL_CONFIG_FILE", str(empty_profile_file))
-    for name in ("TEMPORAL_PROFILE", "TEMPORAL_API_KEY", "TEMPORAL_TLS", "CONDUCTOR_ADMISSION_POLICY"):
-        monkeypatch.delenv(name, raising=False)
+    without_profiles(monkeypatch, tmp_path, "CONDUCTOR_ADMISSION_POLICY")
     monkeypatch.setenv("TEMPORAL_ADDRESS", dev_env.client.service_client.config.target_host)
     monkeypatch.setenv("TEMPORAL_NAMESPACE", dev_env.client.namespace)
     return Conductor(capsys, monkeypatch)

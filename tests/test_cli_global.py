@@ -8,51 +8,20 @@ reach every command that connects, and a bad value is one line and exit 2 before
 from __future__ import annotations
 
 import argparse
-import asyncio
 import shutil
 import subprocess
 import uuid
-from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 
 import pytest
 from temporalio.client import Client
 
+from tests.cli_support import conductor, conductor_now, without_profiles
 from worker import connection
 from worker.cli import build_parser
-from worker.cli import run as run_cli
 from worker.cli.completion import script, walk
 from worker.connection import ConnectionFlags, connect_options, using_flags
-
-
-@dataclass
-class Result:
-    code: int
-    out: str
-    err: str
-
-    @property
-    def line(self) -> str:
-        assert self.err.count("\n") == 1 and self.err.endswith("\n"), f"not one line on stderr: {self.err!r}"
-        assert self.err.startswith("conductor"), self.err
-        assert "Traceback" not in self.err
-        return self.err.removesuffix("\n")
-
-
-def conductor_now(capsys: pytest.CaptureFixture[str], *argv: str) -> Result:
-    capsys.readouterr()
-    code = run_cli(list(argv))
-    captured = capsys.readouterr()
-    return Result(code, captured.out, captured.err)
-
-
-async def conductor(capsys: pytest.CaptureFixture[str], *argv: str) -> Result:
-    """`conductor ARGV` in a thread (commands run their own event loop)."""
-    capsys.readouterr()
-    code = await asyncio.to_thread(run_cli, list(argv))
-    captured = capsys.readouterr()
-    return Result(code, captured.out, captured.err)
 
 
 BOGUS = "127.0.0.1:1"  # where the environment points when a flag must win: nothing listens there
@@ -61,11 +30,7 @@ BOGUS = "127.0.0.1:1"  # where the environment points when a flag must win: noth
 @pytest.fixture
 def clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
     """No profile or TEMPORAL_* of whoever runs the tests; returns the (empty) profile file."""
-    profile_file = tmp_path / "temporal.toml"
-    profile_file.write_text("")
-    monkeypatch.setenv("TEMPORAL_CONFIG_FILE", str(profile_file))
-    for name in ("TEMPORAL_PROFILE", "TEMPORAL_API_KEY", "TEMPORAL_TLS", "TEMPORAL_ADDRESS", "TEMPORAL_NAMESPACE"):
-        monkeypatch.delenv(name, raising=False)
+    profile_file = without_profiles(monkeypatch, tmp_path, "TEMPORAL_ADDRESS", "TEMPORAL_NAMESPACE")
     monkeypatch.setenv("CONDUCTOR_TASK_QUEUE", f"tq-nobody-{uuid.uuid4().hex[:8]}")
     monkeypatch.setenv("CONDUCTOR_RECONNECT_SECONDS", "2")
     return profile_file

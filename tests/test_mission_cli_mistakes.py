@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import json
 import uuid
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -22,42 +21,17 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from tests.mission_harness import mission_harness
 from tests.substrate_fixtures import substrate  # noqa: F401  (fixture)
-from worker.cli import run as run_cli
+from tests.cli_support import conductor, without_profiles
 from worker.mission_control import MissionClosed, MissionControl, MissionNotFound, parse_spec
 from workflows.mission.messages import mission_workflow_id
 
 REVIEW = ["--approve", "--operator", "alice", "--reason", "looked at it"]
 
 
-@dataclass
-class Result:
-    code: int
-    out: str
-    err: str
-
-    @property
-    def line(self) -> str:
-        """The one line on stderr (asserted to be one, and the CLI's own)."""
-        assert self.err.count("\n") == 1 and self.err.endswith("\n"), f"not one line on stderr: {self.err!r}"
-        assert self.err.startswith("conductor: "), self.err
-        return self.err.removesuffix("\n")
-
-
-async def conductor(capsys: pytest.CaptureFixture[str], *argv: str) -> Result:
-    """`conductor ARGV` in a thread (it runs its own event loop), with what it printed."""
-    capsys.readouterr()
-    code = await asyncio.to_thread(run_cli, list(argv))
-    captured = capsys.readouterr()
-    return Result(code, captured.out, captured.err)
-
-
 @pytest.fixture
 def cli_env(dev_client: Client, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> str:
     """Point the CLI at the session's dev server and nothing else (no profile of whoever runs the tests)."""
-    (tmp_path / "temporal.toml").write_text("")
-    monkeypatch.setenv("TEMPORAL_CONFIG_FILE", str(tmp_path / "temporal.toml"))
-    for name in ("TEMPORAL_PROFILE", "TEMPORAL_API_KEY", "TEMPORAL_TLS"):
-        monkeypatch.delenv(name, raising=False)
+    without_profiles(monkeypatch, tmp_path)
     address = dev_client.service_client.config.target_host
     monkeypatch.setenv("TEMPORAL_ADDRESS", address)
     monkeypatch.setenv("TEMPORAL_NAMESPACE", "default")

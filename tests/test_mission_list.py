@@ -9,40 +9,22 @@ from __future__ import annotations
 import asyncio
 import json
 import uuid
-from dataclasses import dataclass
 
 import pytest
 from temporalio.client import Client
 
 from tests.mission_harness import POLICY, mission_harness
 from tests.substrate_fixtures import substrate  # noqa: F401  (fixture)
-from worker.cli import run as run_cli
+from tests.cli_support import Result, conductor, without_profiles
 from worker.mission_control import parse_spec
 from worker.mission_list import list_missions, literal, mission_query
 from workflows.admission.messages import QueueRow, admission_workflow_id
 
 
-@dataclass
-class Result:
-    code: int
-    out: str
-    err: str
-
-
-async def conductor(capsys: pytest.CaptureFixture[str], *argv: str) -> Result:
-    capsys.readouterr()
-    code = await asyncio.to_thread(run_cli, list(argv))
-    captured = capsys.readouterr()
-    return Result(code, captured.out, captured.err)
-
-
 @pytest.fixture
 def cli_env(monkeypatch: pytest.MonkeyPatch, tmp_path):
     """Returns a function that points the CLI at a harness (and no profile of whoever runs the tests)."""
-    (tmp_path / "temporal.toml").write_text("")
-    monkeypatch.setenv("TEMPORAL_CONFIG_FILE", str(tmp_path / "temporal.toml"))
-    for name in ("TEMPORAL_PROFILE", "TEMPORAL_API_KEY", "TEMPORAL_TLS"):
-        monkeypatch.delenv(name, raising=False)
+    without_profiles(monkeypatch, tmp_path)
     monkeypatch.setenv("TEMPORAL_NAMESPACE", "default")
     monkeypatch.setenv("CONDUCTOR_RECONNECT_SECONDS", "5")
 

@@ -175,22 +175,20 @@ class MissionControl:
     async def _used_before(self, mission_id: str) -> str:
         workflow_id = mission_workflow_id(mission_id)
         try:
-            description = await self._client.get_workflow_handle(workflow_id).describe()
-        except RPCError:
-            description = None
-        if description is not None and description.status == WorkflowExecutionStatus.RUNNING:
-            return one_line(
-                f"mission {mission_id} is already running (workflow {workflow_id}, started "
-                f"{description.start_time:%Y-%m-%d %H:%M:%S} UTC); a mission id names one mission: "
-                "give the spec a new mission_id, or follow the running one with `conductor mission watch "
-                f"{mission_id}`"
-            )
-        if description is None:
-            how = "closed"
+            description = await self._describe(mission_id, f"looking up mission {mission_id}")
+        except RPCError:  # gone from the server since (past its retention): the id was used all the same
+            how = ""
         else:
-            how = f"{description.status.name.lower() if description.status else 'unknown'}, started {description.start_time:%Y-%m-%d %H:%M:%S} UTC"
+            started = f"started {description.start_time:%Y-%m-%d %H:%M:%S} UTC"
+            if description.status == WorkflowExecutionStatus.RUNNING:
+                return one_line(
+                    f"mission {mission_id} is already running (workflow {workflow_id}, {started}); a mission id "
+                    "names one mission: give the spec a new mission_id, or follow the running one with "
+                    f"`conductor mission watch {mission_id}`"
+                )
+            how = f", {await self._closed_as(mission_id, description.status)}, {started}"
         return one_line(
-            f"mission {mission_id} was run before (workflow {workflow_id}, {how}); "
+            f"mission {mission_id} was run before (workflow {workflow_id}{how}); "
             "a mission id names one mission: give the spec a new mission_id"
         )
 

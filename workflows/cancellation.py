@@ -16,5 +16,6 @@ from temporalio import workflow
 
 
 def raise_if_cancel_requested() -> None:
-    if workflow.cancellation_reason() is not None:
-        raise asyncio.CancelledError(f"workflow cancellation requested: {workflow.cancellation_reason() or 'no reason given'}")
+    reason = workflow.cancellation_reason()
+    if reason is not None:
+        raise asyncio.CancelledError(f"workflow cancellation requested: {reason or 'no reason given'}")
