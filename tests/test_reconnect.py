@@ -30,7 +30,15 @@ from tests.mission_harness import mission_harness
 from tests.substrate_fixtures import substrate  # noqa: F401  (fixture)
 from worker.admission_live import LiveAdmission, Unreachable
 from worker.cli import run as run_cli
-from worker.connection import CLI_RETRY_CONFIG, ReconnectSettingError, reconnect_seconds, transport_failure
+from worker.connection import (
+    CLI_RETRY_CONFIG,
+    Reconnect,
+    ReconnectSettingError,
+    TemporalUnreachable,
+    reconnect_seconds,
+    server_busy,
+    transport_failure,
+)
 from worker.devserver import DevServer, start_dev_server
 from worker.mission_control import MissionControl, ReviewRefused, parse_spec
 from worker.ports import free_port
@@ -258,6 +266,41 @@ def test_what_counts_as_a_lost_connection():
         ValueError("not an RPC error"),
     ):
         assert transport_failure(answer) is None
+
+
+BUSY = "consistent query buffer is full, this may be caused by too many queries and workflow not able to process query fast enough"
+
+
+async def test_a_busy_server_is_asked_again_quietly_with_backoff(dev_client: Client):
+    """RESOURCE_EXHAUSTED is back-pressure (seen in CI: three watchers querying one mission whose
+    daemon renews its lease every second); the CLI waits it out instead of giving up."""
+    announced: list[str] = []
+    answers: list[float] = []
+    reconnect = Reconnect(dev_client, 30, announce=announced.append)
+
+    async def query() -> str:
+        answers.append(asyncio.get_running_loop().time())
+        if len(answers) < 4:
+            raise RPCError(BUSY, RPCStatusCode.RESOURCE_EXHAUSTED, b"")
+        return "ledger"
+
+    assert await reconnect.call(query, "reading the ledger") == "ledger"
+    gaps = [later - earlier for earlier, later in zip(answers, answers[1:])]
+    assert len(answers) == 4 and gaps[0] >= 0.45 and gaps[2] > gaps[0] * 1.5, gaps
+    assert announced == []
+
+
+async def test_a_server_busy_past_the_bound_is_one_line(dev_client: Client):
+    reconnect = Reconnect(dev_client, 1, announce=lambda line: None)
+
+    async def query() -> str:
+        raise RPCError(BUSY, RPCStatusCode.RESOURCE_EXHAUSTED, b"")
+
+    with pytest.raises(TemporalUnreachable) as raised:
+        await reconnect.call(query, "reading the ledger")
+    assert "gave up reading the ledger" in str(raised.value) and "stayed too busy" in str(raised.value)
+    assert "\n" not in str(raised.value)
+    assert server_busy(RPCError("not found", RPCStatusCode.NOT_FOUND, b"")) is None
 
 
 def test_reconnect_bound_comes_from_the_environment(monkeypatch):

@@ -207,6 +207,18 @@ def transport_failure(error: BaseException) -> str | None:
     return None
 
 
+def server_busy(error: BaseException) -> str | None:
+    """Why `error` is the server asking us to come back later (None: it is not).
+
+    RESOURCE_EXHAUSTED is Temporal's back-pressure, not a refusal: for example "consistent query
+    buffer is full" when queries arrive faster than a busy workflow's tasks can answer them, or a
+    namespace's rate limit. Temporal's own clients retry it with backoff; so does `Reconnect`.
+    """
+    if isinstance(error, RPCError) and error.status == RPCStatusCode.RESOURCE_EXHAUSTED:
+        return error.message or "resource exhausted"
+    return None
+
+
 def _ambiguous(error: BaseException) -> str | None:
     """A timeout or cancellation of the call itself: an outage only if the server is out of reach."""
     if isinstance(error, RPCError) and error.status in (RPCStatusCode.DEADLINE_EXCEEDED, RPCStatusCode.CANCELLED):
@@ -225,8 +237,9 @@ T = TypeVar("T")
 class Reconnect:
     """Repeats a call through a lost connection to Temporal, with backoff, for a bounded time.
 
-    Only a lost connection is retried (see `transport_failure`); any answer the server gives,
-    including a refusal, goes straight back to the caller. The first loss is announced once
+    Only a lost connection (see `transport_failure`) and back-pressure (see `server_busy`, retried
+    quietly with backoff) are repeated; any other answer the server gives, including a refusal,
+    goes straight back to the caller. The first loss is announced once
     (`announce`, by default a line on stderr); the announcement is made again only after a
     call has succeeded since. If the server is not back within `seconds` of the loss,
     `TemporalUnreachable` says so in one line. The temporalio client reconnects by itself on
@@ -247,11 +260,26 @@ class Reconnect:
         return self.client.service_client.config.target_host
 
     async def call(self, operation: Callable[[], Awaitable[T]], doing: str) -> T:
-        """`await operation()`, repeated after each lost connection; `doing` words the give-up line."""
+        """`await operation()`, repeated after each lost connection, and after each "busy" answer
+        (see `server_busy`) with backoff; `doing` words the give-up line."""
+        busy_since: float | None = None
+        busy_delay = BACKOFF_FIRST
         while True:
             try:
                 result = await operation()
             except Exception as error:
+                busy = server_busy(error)
+                if busy is not None:
+                    now = asyncio.get_running_loop().time()
+                    busy_since = now if busy_since is None else busy_since
+                    if now - busy_since >= self.seconds:
+                        raise TemporalUnreachable(
+                            f"gave up {doing}: the Temporal server at {self.address} stayed too busy to answer "
+                            f"for {self.seconds:g} s ({busy}); {RECONNECT_ENV} sets how long to wait"
+                        ) from None
+                    await asyncio.sleep(busy_delay)
+                    busy_delay = min(busy_delay * 2, BACKOFF_CAP)
+                    continue
                 reason = await self.lost(error)
                 if reason is None:
                     raise
