@@ -16,9 +16,8 @@ every route with hostile input to show no input reaches it.
 
 from __future__ import annotations
 
-import hmac
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -29,7 +28,6 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 
 from activities.a2a import EXTENSIONS_HEADER, requested_extensions
-from activities.credentials import BearerToken
 from substrate.body import (
     ASGIApp,
     BodyLimit,
@@ -42,25 +40,16 @@ from substrate.body import (
     decode_json,
     send_error,
 )
+from substrate.auth import Role, require
 from substrate.config import SubstrateConfig
 from substrate.errors import SubstrateError
 from substrate.executor import SUPPORTED_EXTENSIONS, ExecutorService, local_instances
 from substrate.fleet import FleetService
+from substrate.health import health_routes
 from substrate.runner import Runner
 from substrate.store import Store
 
 log = logging.getLogger(__name__)
-
-
-def _bearer_check(token: BearerToken, plane: str) -> Callable[[Request], None]:
-    expected = token.reveal().encode()
-
-    def check(request: Request) -> None:
-        scheme, _, presented = request.headers.get("authorization", "").partition(" ")
-        if scheme.lower() != "bearer" or not hmac.compare_digest(presented.strip().encode(), expected):
-            raise SubstrateError(401, "auth.unauthorized", f"a valid bearer token for the {plane} plane is required")
-
-    return check
 
 
 async def _json_body(request: Request, code: str) -> Any:
@@ -107,8 +96,7 @@ def _json(status: int, body: Any, headers: dict[str, str] | None = None) -> JSON
 
 
 def _fleet_routes(config: SubstrateConfig) -> APIRouter:
-    assert isinstance(config.fleet_token, BearerToken)
-    router = APIRouter(prefix="/api/v2", dependencies=[Depends(_bearer_check(config.fleet_token, "management"))])
+    router = APIRouter(prefix="/api/v2", dependencies=[Depends(require(config.token_table, Role.ADMIN, "management"))])
 
     def fleet(request: Request) -> FleetService:
         return request.app.state.fleet  # type: ignore[no-any-return]
@@ -145,9 +133,8 @@ def _fleet_routes(config: SubstrateConfig) -> APIRouter:
 
 
 def _executor_routes(config: SubstrateConfig) -> APIRouter:
-    assert isinstance(config.executor_token, BearerToken)
     router = APIRouter(
-        prefix="/agents/{instance_id}/v1", dependencies=[Depends(_bearer_check(config.executor_token, "executor"))]
+        prefix="/agents/{instance_id}/v1", dependencies=[Depends(require(config.token_table, None, "executor"))]
     )
 
     def executor(request: Request) -> ExecutorService:
@@ -184,6 +171,7 @@ def create_app(config: SubstrateConfig) -> FastAPI:
         if recovered:
             log.warning("substrate: %d task(s) from a previous run recorded as unknown", recovered)
         app.state.fleet = fleet
+        app.state.runner = runner
         app.state.executor = ExecutorService(
             store, fleet, runner, local_instances(config.instances), config.isolation_kinds
         )
@@ -202,6 +190,7 @@ def create_app(config: SubstrateConfig) -> FastAPI:
         openapi_url=None,
     )
     app.state.limits = BodyLimits(config.max_request_bytes, config.max_json_depth, config.max_number_length)
+    app.include_router(health_routes())
     app.include_router(_fleet_routes(config))
     app.include_router(_executor_routes(config))
     app.add_middleware(BodyLimit, max_bytes=config.max_request_bytes)

@@ -1,8 +1,11 @@
 """`serve` command line: shared by `conductor substrate serve` and `python -m substrate serve`.
 
-Tokens come from `CONDUCTOR_FLEET_TOKEN` / `CONDUCTOR_EXECUTOR_TOKEN` (or their `_FILE`
-variants) or from `--fleet-token-file` / `--executor-token-file`; there is deliberately no
-option that takes a token value, since argv is visible to every user of the machine.
+Tokens (`substrate/auth.py`): a token file with roles (`--token-file`, or
+`CONDUCTOR_SUBSTRATE_TOKEN_FILE`), in the real server's TOML format, and/or the two-token
+variables `CONDUCTOR_FLEET_TOKEN` (admin role) and `CONDUCTOR_EXECUTOR_TOKEN` (operator role),
+or their `_FILE` variants, or `--fleet-token-file` / `--executor-token-file`. There is
+deliberately no option that takes a token value, since argv is visible to every user of the
+machine. An unusable token file is one line on stderr and exit 2.
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ import logging
 import sys
 from pathlib import Path
 
-from activities.credentials import MissingCredential, executor_token, fleet_token
+from substrate.auth import TokenError, load_tokens
 from substrate.config import DEFAULT_DATA_DIR, DEFAULT_HOST, DEFAULT_PORT, SubstrateConfig
 from substrate.server import READY_PREFIX, serve
 
@@ -24,22 +27,37 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
         "--data-dir", type=Path, default=DEFAULT_DATA_DIR, help=f"SQLite file and task outputs (default {DEFAULT_DATA_DIR})"
     )
     parser.add_argument("--instances", type=int, default=1, help="executor instances local-1..local-N (default 1)")
-    parser.add_argument("--fleet-token-file", type=Path, help="file holding the management-plane token")
-    parser.add_argument("--executor-token-file", type=Path, help="file holding the executor-plane (A2A) token")
+    parser.add_argument(
+        "--token-file", type=Path, help="TOML file of [[tokens]] entries, each with token and role (admin or operator)"
+    )
+    parser.add_argument("--fleet-token-file", type=Path, help="file holding one admin-role token (the fleet plane's)")
+    parser.add_argument(
+        "--executor-token-file", type=Path, help="file holding one operator-role token (the executor plane's)"
+    )
+    parser.add_argument(
+        "--stop-workloads-on-exit",
+        action="store_true",
+        help="kill workload processes when stopped cleanly (default: leave them running; the next start re-adopts them)",
+    )
     parser.set_defaults(func=run_serve)
 
 
 def run_serve(args: argparse.Namespace) -> int:
     try:
+        tokens = load_tokens(
+            token_file=args.token_file,
+            fleet_token_file=args.fleet_token_file,
+            executor_token_file=args.executor_token_file,
+        )
         config = SubstrateConfig(
-            fleet_token=fleet_token(file=args.fleet_token_file),
-            executor_token=executor_token(file=args.executor_token_file),
+            tokens=tuple(tokens),
             data_dir=args.data_dir,
             instances=args.instances,
             host=args.host,
             port=args.port,
+            keep_workloads_on_stop=not args.stop_workloads_on_exit,
         )
-    except (MissingCredential, ValueError) as error:
+    except (TokenError, ValueError) as error:
         print(f"conductor substrate: {error}", file=sys.stderr)
         return 2
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")

@@ -1,4 +1,12 @@
-"""How a substrate is configured: where it keeps state, its two tokens, how many instances, its limits.
+"""How a substrate is configured: where it keeps state, its tokens, how many instances, its limits.
+
+Tokens (`substrate/auth.py`): `fleet_token` is accepted with the admin role, `executor_token`
+with the operator role, and `tokens` adds entries from a token file; together they make the
+`TokenTable` the routes check. Either may be omitted when the other entries cover it.
+
+`keep_workloads_on_stop`: whether stopping the substrate cleanly leaves its workload processes
+running for the next start to re-adopt (the real server keeps tasks across a restart), or kills
+them first. A crash always leaves them running; the next start re-adopts them (`runner.py`).
 
 The limits bound what one request can make the substrate read, parse and store; input past one
 is refused with a 4xx before it costs more than the limit (see `substrate/body.py`):
@@ -26,7 +34,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
-from activities.credentials import BearerToken, as_token
+from substrate.auth import Role, RoleToken, Secret, TokenTable, as_secret
 from substrate.fleet import DEFAULT_MAX_RECORD_BYTES  # defined beside the rule it bounds
 from substrate.runner import RunnerSettings, _utc_now
 
@@ -40,10 +48,10 @@ DEFAULT_MAX_NUMBER_LENGTH = 64
 
 @dataclass(frozen=True)
 class SubstrateConfig:
-    """Tokens are `BearerToken`s (plain strings are wrapped), so the config can be printed safely."""
+    """Tokens are `Secret`s (plain strings are wrapped), so the config can be printed safely."""
 
-    fleet_token: BearerToken | str
-    executor_token: BearerToken | str
+    fleet_token: Secret | str | None = None
+    executor_token: Secret | str | None = None
     data_dir: Path = DEFAULT_DATA_DIR
     instances: int = 1
     host: str = DEFAULT_HOST
@@ -55,18 +63,24 @@ class SubstrateConfig:
     max_json_depth: int = DEFAULT_MAX_JSON_DEPTH
     max_number_length: int = DEFAULT_MAX_NUMBER_LENGTH
     max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES
+    #: More accepted tokens with their roles (a token file's entries).
+    tokens: tuple[RoleToken, ...] = ()
+    keep_workloads_on_stop: bool = False
     #: Wall clock used for cron schedules only (tests shift it to reach the next tick quickly).
     clock: Callable[[], datetime] = field(default=_utc_now, repr=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "fleet_token", as_token(self.fleet_token))
-        object.__setattr__(self, "executor_token", as_token(self.executor_token))
+        for name in ("fleet_token", "executor_token"):
+            if getattr(self, name) is not None:
+                object.__setattr__(self, name, as_secret(getattr(self, name)))
+        object.__setattr__(self, "tokens", tuple(self.tokens))
         object.__setattr__(self, "data_dir", Path(self.data_dir))
-        if self.fleet_token == self.executor_token:
+        if self.fleet_token is not None and self.fleet_token == self.executor_token:
             raise ValueError(
-                "the fleet (management) token and the executor (A2A) token must differ: "
-                "each plane refuses the other's token"
+                "the fleet (admin) token and the executor (operator) token must differ: "
+                "one token cannot hold both roles"
             )
+        object.__setattr__(self, "_table", TokenTable(self.role_tokens()))  # raises TokenError (a ValueError)
         if self.instances < 1:
             raise ValueError(f"instances must be at least 1 (got {self.instances})")
         if not 0 <= self.port <= 65535:
@@ -75,16 +89,27 @@ class SubstrateConfig:
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1 (got {getattr(self, name)})")
 
+    def role_tokens(self) -> list[RoleToken]:
+        entries = list(self.tokens)
+        if isinstance(self.fleet_token, Secret):
+            entries.append(RoleToken(self.fleet_token, Role.ADMIN))
+        if isinstance(self.executor_token, Secret):
+            entries.append(RoleToken(self.executor_token, Role.OPERATOR))
+        return entries
+
+    @property
+    def token_table(self) -> TokenTable:
+        return self._table  # type: ignore[attr-defined,no-any-return]
+
     @property
     def database(self) -> Path:
         return self.data_dir / "substrate.sqlite3"
 
     def runner_settings(self) -> RunnerSettings:
-        assert isinstance(self.fleet_token, BearerToken) and isinstance(self.executor_token, BearerToken)
         return RunnerSettings(
             data_dir=self.data_dir.resolve(),
             kill_grace_seconds=self.kill_grace_seconds,
             daemon_settle_seconds=self.daemon_settle_seconds,
-            secrets=(self.fleet_token.reveal(), self.executor_token.reveal()),
+            secrets=tuple(entry.secret.reveal() for entry in self.role_tokens()),
             clock=self.clock,
         )

@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from activities.a2a import TERMINAL_TASK_STATES, Artifact, TextPart, task_state_for
-from activities.credentials import TOKEN_ENV_VARS
+from substrate.auth import TOKEN_ENV_VARS
 from activities.sandbox_api import RuntimeIdentity
 from substrate import procs
 from substrate.cron import CronSchedule

@@ -5,9 +5,13 @@
   it binds `config.port` (0 = a free port) before starting, so the URL is known, waits until
   the app has started (recovery done), yields a `RunningSubstrate` and stops it on exit.
 - `spawn(...)` runs `python -m substrate serve` as a child process (tokens through the
-  environment, never argv) and yields once it prints its URL; `kill()` simulates a crash.
+  environment or a token file, never argv) and yields once it prints its URL; `kill()`
+  simulates a crash.
 
-Stopping runs the app's shutdown: every workload process group is killed (see runner.py).
+Stopping runs the app's shutdown, which kills every workload process group unless the config
+keeps them for the next start to re-adopt (`keep_workloads_on_stop`; see runner.py). `spawn`
+stops them by default, so a dev stack or test leaves nothing behind; `conductor substrate
+serve` keeps them, as the real server keeps its tasks across a restart.
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ from pathlib import Path
 
 import uvicorn
 
-from activities.credentials import EXECUTOR_TOKEN_ENV, FLEET_TOKEN_ENV, BearerToken, as_token
+from substrate.auth import EXECUTOR_TOKEN_ENV, FLEET_TOKEN_ENV, TOKEN_ENV_VARS, Secret, as_secret
 from substrate.app import create_app
 from substrate.config import SubstrateConfig
 from substrate.procs import terminate
@@ -159,9 +163,11 @@ class SubstrateProcess:
 @contextmanager
 def spawn(
     data_dir: Path,
-    fleet_token: BearerToken | str,
-    executor_token: BearerToken | str,
+    fleet_token: Secret | str | None = None,
+    executor_token: Secret | str | None = None,
     *,
+    token_file: Path | None = None,
+    keep_workloads_on_stop: bool = False,
     instances: int = 1,
     host: str = "127.0.0.1",
     port: int = 0,
@@ -172,14 +178,20 @@ def spawn(
     data_dir = Path(data_dir)
     data_dir.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, **(extra_env or {})}
-    env.pop(f"{FLEET_TOKEN_ENV}_FILE", None)
-    env.pop(f"{EXECUTOR_TOKEN_ENV}_FILE", None)
-    env[FLEET_TOKEN_ENV] = as_token(fleet_token).reveal()
-    env[EXECUTOR_TOKEN_ENV] = as_token(executor_token).reveal()
+    for variable in TOKEN_ENV_VARS:
+        env.pop(variable, None)
+    if fleet_token is not None:
+        env[FLEET_TOKEN_ENV] = as_secret(fleet_token).reveal()
+    if executor_token is not None:
+        env[EXECUTOR_TOKEN_ENV] = as_secret(executor_token).reveal()
     command = [
         sys.executable, "-m", "substrate", "serve",
         "--host", host, "--port", str(port), "--data-dir", str(data_dir), "--instances", str(instances),
     ]  # fmt: skip
+    if token_file is not None:
+        command += ["--token-file", str(token_file)]
+    if not keep_workloads_on_stop:
+        command.append("--stop-workloads-on-exit")
     log = open(data_dir / "substrate.log", "ab")
     process = subprocess.Popen(
         command,

@@ -170,7 +170,7 @@ async def test_stack_serves_runs_workflows_persists_and_leaves_no_process(tmp_pa
             assert answer.status_code == 200 and len(answer.json()["instances"]) == 2
             assert (await http.get(instances_url)).status_code == 401
             wrong_plane = await http.get(instances_url, headers={"Authorization": f"Bearer {executor_token}"})
-            assert wrong_plane.status_code == 401
+            assert wrong_plane.status_code == 403  # the executor token has the operator role, not admin
 
         probe, result = await run_probe(stack.client, stack.task_queue, "first")
         assert result.ever_admitted == ["first"] and result.final["first"].state == "released"

@@ -27,7 +27,6 @@ from activities.sandbox_client import (
     SubstrateUnavailable,
     TaskNotCancelable,
     TaskNotFound,
-    Unauthorized,
     WorkloadNotFound,
 )
 from substrate.config import SubstrateConfig
@@ -304,25 +303,7 @@ async def test_instances_list_the_configured_targets(fleet: FleetClient) -> None
 # --- authentication ------------------------------------------------------------------------
 
 
-async def test_missing_or_wrong_tokens_are_401_on_both_planes_and_tokens_do_not_cross(
-    server: RunningSubstrate, raw: httpx.AsyncClient
-) -> None:
-    for token in (None, "wrong", EXECUTOR_TOKEN):
-        async with FleetClient(server.base_url, token or "x-" + FLEET_TOKEN) as client:
-            with pytest.raises(Unauthorized) as caught:
-                await client.instances() if token else await client.get("anything")
-            assert (caught.value.status, caught.value.code) == (401, "auth.unauthorized")
-    for token in ("wrong", FLEET_TOKEN):
-        async with ExecutorClient(server.base_url, token) as client:
-            with pytest.raises(Unauthorized):
-                await client.get_task("local-1", "task-1")
-            with pytest.raises(Unauthorized):
-                await client.send_message("local-1", dispatch("auth-x", "true"))
-    response = await raw.get("/api/v2/fleet/workloads")
-    assert (response.status_code, raw_json(response)["error"]) == (401, "auth.unauthorized")
-    assert response.headers["www-authenticate"] == "Bearer"
-    response = await raw.get("/agents/local-1/v1/tasks/x", headers={"Authorization": "Basic Zm9vOmJhcg=="})
-    assert response.status_code == 401
+# Bearer tokens and their roles: tests/test_substrate_auth.py.
 
 
 async def test_tokens_never_appear_in_bodies_nor_in_workload_processes(
