@@ -2,15 +2,19 @@
 
 Idempotent by construction: `(host_group, chain, seq)` is the primary key and
 inserts ignore duplicates, so a retried export never writes an event twice.
-Rows are never updated or deleted by this code.
+Rows are never updated or deleted by this code. The PostgreSQL implementation
+(`activities.postgres_stores`) keeps the same rules; `activities.stores` picks one from
+CONDUCTOR_DATABASE_URL.
 """
 
 from __future__ import annotations
 
 import asyncio
+import inspect
 import json
 import sqlite3
 from pathlib import Path
+from typing import Protocol
 
 from temporalio import activity
 
@@ -30,6 +34,14 @@ CREATE TABLE IF NOT EXISTS admission_audit (
     PRIMARY KEY (host_group, chain, seq)
 )
 """
+
+
+class AsyncAuditStore(Protocol):
+    """The audit store for the event loop: what the activity and the CLI use, whichever database is behind."""
+
+    async def append(self, export: AuditExport) -> int: ...
+
+    async def events(self, host_group: str, request_id: str | None = None) -> list[AuditEvent]: ...
 
 
 class AuditStore:
@@ -66,10 +78,23 @@ class AuditStore:
         return [AuditEvent.model_validate(json.loads(row[0])) for row in rows]
 
 
-class AuditActivities:
+class ThreadedAuditStore:
+    """An `AsyncAuditStore` over the blocking SQLite one: each call in a worker thread."""
+
     def __init__(self, store: AuditStore) -> None:
-        self._store = store
+        self.store = store
+
+    async def append(self, export: AuditExport) -> int:
+        return await asyncio.to_thread(self.store.append, export)
+
+    async def events(self, host_group: str, request_id: str | None = None) -> list[AuditEvent]:
+        return await asyncio.to_thread(self.store.events, host_group, request_id)
+
+
+class AuditActivities:
+    def __init__(self, store: AuditStore | AsyncAuditStore) -> None:
+        self._store: AsyncAuditStore = store if inspect.iscoroutinefunction(store.append) else ThreadedAuditStore(store)
 
     @activity.defn(name="export_audit_events")
     async def export_audit_events(self, export: AuditExport) -> int:
-        return await asyncio.to_thread(self._store.append, export)
+        return await self._store.append(export)

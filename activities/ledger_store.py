@@ -1,5 +1,8 @@
 """Immutable, numbered mission ledger snapshots (SQLite by default) and the activity that writes them.
 
+The PostgreSQL implementation (`activities.postgres_stores`) keeps the same rules; `activities.stores`
+picks one from CONDUCTOR_DATABASE_URL.
+
 A snapshot is identified by `(mission_id, snapshot_seq)` forever and stores the ledger's canonical
 JSON with its sha256 (`workflows.mission.ledger.content_hash`). Writing is idempotent because an
 activity may run more than once: the same seq with the same content is a no-op. The same seq
@@ -15,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import inspect
 import sqlite3
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -38,7 +42,11 @@ __all__ = [
     "ImmutableSnapshotError",
     "CorruptSnapshotError",
     "LedgerStore",
+    "AsyncLedgerStore",
     "SqliteLedgerStore",
+    "ThreadedLedgerStore",
+    "snapshot_ref",
+    "load_snapshot",
     "LedgerActivities",
     "SnapshotRef",
 ]
@@ -104,6 +112,44 @@ class LedgerStore(Protocol):
     def get(self, mission_id: str, seq: int) -> MissionLedger | None: ...
 
 
+class AsyncLedgerStore(Protocol):
+    """`LedgerStore` for the event loop: what the activity and the CLI use, whichever database is behind."""
+
+    async def write(self, ledger: MissionLedger) -> SnapshotRef: ...
+
+    async def latest(self, mission_id: str) -> MissionLedger | None: ...
+
+    async def history(self, mission_id: str) -> list[SnapshotRef]: ...
+
+    async def get(self, mission_id: str, seq: int) -> MissionLedger | None: ...
+
+
+class ThreadedLedgerStore:
+    """An `AsyncLedgerStore` over a blocking one: each call in a worker thread, so the loop never waits on disk."""
+
+    def __init__(self, store: LedgerStore) -> None:
+        self.store = store
+
+    async def write(self, ledger: MissionLedger) -> SnapshotRef:
+        return await asyncio.to_thread(self.store.write, ledger)
+
+    async def latest(self, mission_id: str) -> MissionLedger | None:
+        return await asyncio.to_thread(self.store.latest, mission_id)
+
+    async def history(self, mission_id: str) -> list[SnapshotRef]:
+        return await asyncio.to_thread(self.store.history, mission_id)
+
+    async def get(self, mission_id: str, seq: int) -> MissionLedger | None:
+        return await asyncio.to_thread(self.store.get, mission_id, seq)
+
+
+def snapshot_ref(ledger: MissionLedger) -> tuple[SnapshotRef, str]:
+    """The snapshot's identity and the exact text stored for it (its hash is over this text)."""
+    text = canonical_json(ledger)
+    digest = hashlib.sha256(text.encode("utf-8")).hexdigest()
+    return SnapshotRef(mission_id=ledger.mission_id, seq=ledger.snapshot_seq, content_hash=digest), text
+
+
 class SqliteLedgerStore:
     """`LedgerStore` in one SQLite file (WAL), safe for several worker processes on one host."""
 
@@ -130,9 +176,8 @@ class SqliteLedgerStore:
 
         Raises `ImmutableSnapshotError` if the seq is stored with different content.
         """
-        text = canonical_json(ledger)
-        digest = hashlib.sha256(text.encode("utf-8")).hexdigest()
-        ref = SnapshotRef(mission_id=ledger.mission_id, seq=ledger.snapshot_seq, content_hash=digest)
+        ref, text = snapshot_ref(ledger)
+        digest = ref.content_hash
         stored_at = datetime.now(timezone.utc).isoformat()
         with self._connect() as db:
             inserted = db.execute(
@@ -158,7 +203,7 @@ class SqliteLedgerStore:
                 "ORDER BY snapshot_seq DESC LIMIT 1",
                 (mission_id,),
             ).fetchone()
-        return None if row is None else _load(mission_id, *row)
+        return None if row is None else load_snapshot(mission_id, *row)
 
     def get(self, mission_id: str, seq: int) -> MissionLedger | None:
         with self._connect() as db:
@@ -167,7 +212,7 @@ class SqliteLedgerStore:
                 "WHERE mission_id = ? AND snapshot_seq = ?",
                 (mission_id, seq),
             ).fetchone()
-        return None if row is None else _load(mission_id, *row)
+        return None if row is None else load_snapshot(mission_id, *row)
 
     def history(self, mission_id: str) -> list[SnapshotRef]:
         """Every stored snapshot of the mission, oldest first (seq numbers may have gaps)."""
@@ -180,7 +225,7 @@ class SqliteLedgerStore:
         return [SnapshotRef(mission_id=mission_id, seq=seq, content_hash=digest) for seq, digest in rows]
 
 
-def _load(mission_id: str, seq: int, digest: str, text: str) -> MissionLedger:
+def load_snapshot(mission_id: str, seq: int, digest: str, text: str) -> MissionLedger:
     if hashlib.sha256(text.encode("utf-8")).hexdigest() != digest:
         raise CorruptSnapshotError(
             f"snapshot {seq} of mission {mission_id} does not match its recorded hash {digest}: the row was "
@@ -190,14 +235,14 @@ def _load(mission_id: str, seq: int, digest: str, text: str) -> MissionLedger:
 
 
 class LedgerActivities:
-    """The activity the MissionWorkflow calls to store each ledger snapshot."""
+    """The activity the MissionWorkflow calls to store each ledger snapshot (a blocking store runs in threads)."""
 
-    def __init__(self, store: LedgerStore) -> None:
-        self._store = store
+    def __init__(self, store: LedgerStore | AsyncLedgerStore) -> None:
+        self._store: AsyncLedgerStore = store if inspect.iscoroutinefunction(store.write) else ThreadedLedgerStore(store)
 
     @activity.defn(name=WRITE_LEDGER_SNAPSHOT_ACTIVITY)
     async def write_ledger_snapshot(self, ledger: MissionLedger) -> SnapshotRef:
         try:
-            return await asyncio.to_thread(self._store.write, ledger)
+            return await self._store.write(ledger)
         except ImmutableSnapshotError as error:
             raise ApplicationError(str(error), type=IMMUTABLE_SNAPSHOT_ERROR, non_retryable=True) from error

@@ -10,6 +10,7 @@ from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
+from tests.postgres import postgres_server, postgres_url  # noqa: F401  (shared fixtures: a throw-away PostgreSQL)
 from worker.binaries import temporal_cli, temporal_test_server
 from worker.process import exit_now, temporal_core_loaded
 from workflows import fleet_workload_v1

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
+from activities.stores import DATABASE_URL_ENV, DatabaseURLError, check_database_url
 from worker.inputs import InputError, read_json
 from workflows.admission.messages import ADMISSION_TASK_QUEUE
 from workflows.admission.model import AdmissionPolicy
@@ -26,6 +27,8 @@ class WorkerConfig:
     admission_policy: AdmissionPolicy = DEFAULT_POLICY
     fleet_url: str = DEFAULT_SUBSTRATE_URL
     executor_url: str = DEFAULT_SUBSTRATE_URL
+    # PostgreSQL for the ledger and audit stores (activities/stores.py); None: the SQLite files below.
+    database_url: str | None = None
 
     @property
     def audit_db(self) -> Path:
@@ -47,12 +50,17 @@ class WorkerConfig:
         if policy_file:
             policy = _policy_from_file(policy_file)
         substrate_url = env.get("CONDUCTOR_SUBSTRATE_URL", DEFAULT_SUBSTRATE_URL)
+        try:
+            database_url = check_database_url(env.get(DATABASE_URL_ENV))
+        except DatabaseURLError as error:
+            raise InputError(str(error)) from None
         return cls(
             data_dir=Path(env.get("CONDUCTOR_DATA_DIR", ".conductor")),
             task_queue=env.get("CONDUCTOR_TASK_QUEUE", ADMISSION_TASK_QUEUE),
             admission_policy=policy,
             fleet_url=substrate_url,
             executor_url=substrate_url,
+            database_url=database_url,
         )
 
 

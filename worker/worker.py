@@ -8,9 +8,10 @@ from temporalio.client import Client
 from temporalio.worker import Worker
 
 from activities.admission import AdmissionActivities
-from activities.audit_store import AuditActivities, AuditStore
+from activities.audit_store import AuditActivities
 from activities.fleet import FleetActivities
-from activities.ledger_store import LedgerActivities, SqliteLedgerStore
+from activities.ledger_store import LedgerActivities
+from activities.stores import Stores, select_stores
 from activities.workflow_status import WorkflowStatusActivities
 from worker.config import WorkerConfig
 from workflows.admission.probe import AdmissionProbeWorkflow
@@ -22,16 +23,28 @@ WORKFLOWS = [AdmissionWorkflow, AdmissionProbeWorkflow, MissionWorkflow, Workloa
 
 
 class ConductorWorker(Worker):
-    """A Worker that closes the substrate clients it opened once it stops running."""
+    """A Worker that opens its stores before it polls (PostgreSQL: connect and migrate), and closes them
+    and the substrate clients it opened once it stops running.
 
-    def __init__(self, client: Client, *, owned_fleet: FleetActivities | None, **options: Any) -> None:
+    `async with` opens the stores before entering, so a database that cannot be reached fails there
+    (`activities.stores.StoreUnavailable`) instead of inside the background run task.
+    """
+
+    def __init__(self, client: Client, *, owned_fleet: FleetActivities | None, stores: Stores, **options: Any) -> None:
         super().__init__(client, **options)
         self._owned_fleet = owned_fleet
+        self.stores = stores
+
+    async def __aenter__(self) -> "ConductorWorker":
+        await self.stores.open()
+        return await super().__aenter__()
 
     async def run(self) -> None:
         try:
+            await self.stores.open()
             await super().run()
         finally:
+            await self.stores.close()
             if self._owned_fleet is not None:
                 await self._owned_fleet.aclose()
 
@@ -45,14 +58,16 @@ def build_worker(
     **worker_options: object,
 ) -> Worker:
     admission = AdmissionActivities(client, config.task_queue, config.policy_for)
-    audit = AuditActivities(AuditStore(config.audit_db))
-    ledger = LedgerActivities(SqliteLedgerStore(config.ledger_db))
+    stores = select_stores(config.database_url, ledger_db=config.ledger_db, audit_db=config.audit_db)
+    audit = AuditActivities(stores.audit)
+    ledger = LedgerActivities(stores.ledger)
     # Tokens come from the worker's environment (activities.credentials), never from workflows.
     owned_fleet = FleetActivities.from_environment(config.fleet_url, config.executor_url) if fleet is None else None
     fleet = fleet or owned_fleet
     return ConductorWorker(
         client,
         owned_fleet=owned_fleet,
+        stores=stores,
         task_queue=config.task_queue,
         workflows=[*WORKFLOWS, *extra_workflows],
         activities=[

@@ -35,6 +35,7 @@ SUBCOMMANDS = (
     "worker.cli.contract",
     "worker.cli.admission",
     "worker.cli.mission",
+    "worker.cli.ledger",
     "worker.cli.substrate",
     "worker.cli.dev",
     "worker.cli.worker_cmd",

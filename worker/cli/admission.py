@@ -73,10 +73,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     usage.set_defaults(func=_live(run_usage))
 
     audit = _live_parser(commands, "audit", "recent admission events, oldest first",
-                         "The most recent audit events the workflow keeps in memory (the full history is in the "
-                         "worker's audit store).")
+                         "The most recent audit events the workflow keeps in memory; with --stored, the whole "
+                         "trail from the audit store the workers write (CONDUCTOR_DATABASE_URL, else the SQLite "
+                         "file in CONDUCTOR_DATA_DIR), which needs no Temporal server.")
     audit.add_argument("--limit", type=_positive_int, default=20, metavar="N", help="show the last N events (default 20)")
-    audit.set_defaults(func=_live(run_audit))
+    audit.add_argument("--stored", action="store_true", help="read the audit store instead of the live workflow")
+    audit.add_argument("--request-id", metavar="R", help="with --stored: only the events of request R")
+    audit.set_defaults(func=run_audit_command)
 
     what_if = _live_parser(commands, "what-if", "what a request would get now, without submitting it",
                            "REQUEST.json is an admission request: request_id, environment, provider, runtime_kind, "
@@ -182,6 +185,27 @@ async def run_usage(args: argparse.Namespace, live: LiveAdmission) -> int:
     rows = await live.query("usage", result_type=list[UsageRow])
     _emit(args, views.as_json(rows), views.usage_table(rows))
     return 0
+
+
+def run_audit_command(args: argparse.Namespace) -> int:
+    if not args.stored:
+        if args.request_id is not None:
+            raise InputError("--request-id needs --stored (the live workflow's recent events are not filtered)")
+        return _live(run_audit)(args)
+    from worker.cli.ledger import run_with_stores
+
+    host_group = _host_group(args.host_group)
+
+    async def stored(stores) -> int:
+        events = await stores.audit.events(host_group, args.request_id)
+        shown = events[-args.limit:]
+        table = views.audit_table(host_group, shown)
+        if len(events) > args.limit:
+            table += f"\n(last {args.limit} of {len(events)} stored events shown; --limit N for more)"
+        _emit(args, views.as_json(shown), table)
+        return 0
+
+    return run_with_stores(stored)
 
 
 async def run_audit(args: argparse.Namespace, live: LiveAdmission) -> int:
