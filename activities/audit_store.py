@@ -22,18 +22,29 @@ from activities.sqlite_wal import use_wal
 from workflows.admission.model import AuditEvent
 from workflows.audit import AuditExport
 
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS admission_audit (
-    host_group TEXT NOT NULL,
-    chain TEXT NOT NULL,
-    seq INTEGER NOT NULL,
-    type TEXT NOT NULL,
-    at TEXT NOT NULL,
-    request_id TEXT,
-    event TEXT NOT NULL,
-    PRIMARY KEY (host_group, chain, seq)
+_SCHEMA = (
+    """
+    CREATE TABLE IF NOT EXISTS admission_audit (
+        host_group TEXT NOT NULL,
+        chain TEXT NOT NULL,
+        seq INTEGER NOT NULL,
+        type TEXT NOT NULL,
+        at TEXT NOT NULL,
+        request_id TEXT,
+        event TEXT NOT NULL,
+        PRIMARY KEY (host_group, chain, seq)
+    )
+    """,
+    # Append-only does not depend on this module being the only writer (as in the PostgreSQL store).
+    """
+    CREATE TRIGGER IF NOT EXISTS admission_audit_no_update BEFORE UPDATE ON admission_audit
+    BEGIN SELECT RAISE(ABORT, 'admission audit rows are immutable'); END
+    """,
+    """
+    CREATE TRIGGER IF NOT EXISTS admission_audit_no_delete BEFORE DELETE ON admission_audit
+    BEGIN SELECT RAISE(ABORT, 'admission audit rows are immutable'); END
+    """,
 )
-"""
 
 
 class AsyncAuditStore(Protocol):
@@ -50,7 +61,8 @@ class AuditStore:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with self._connect() as db:
             use_wal(db)
-            db.execute(_SCHEMA)
+            for statement in _SCHEMA:
+                db.execute(statement)
 
     def _connect(self) -> sqlite3.Connection:
         return sqlite3.connect(self.path, timeout=30)
