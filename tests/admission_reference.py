@@ -17,18 +17,27 @@ Choices where the spec is silent (written down so the engine can be held to them
 - both ticks run even when the operation fails, and the clamped clock advances on every call;
 - float seconds become whole microseconds the way `timedelta(seconds=...)` rounds them (the
   spec does not say; sub-microsecond inputs may round differently elsewhere).
+
+Later rules, written from the spec the same naive way: ADR-004 bounded requeue after lease
+expiry (the expired request, and every admitted member of its gang, back to the queue with a
+fresh submission time while attempts remain and it fits without itself); gangs (a gang is
+whatever live records share orchestrator and gang id, recomputed on every question); fair
+share (held leases counted by scanning the admitted records, shares as exact fractions).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from fractions import Fraction
 from typing import Callable
 
 from workflows.admission.model import (
+    GANG_POLICY,
     LANE_OVERRIDE_POLICY,
     PREEMPTION_POLICY,
     QUOTA_POLICY,
+    REQUEUE_POLICY,
     TERMINAL_STATES,
     AdmissionPolicy,
     AdmissionRecord,
@@ -163,13 +172,68 @@ def eff(policy: AdmissionPolicy, r: AdmissionRecord, now: datetime) -> int:
     return r.priority + age // seconds(policy.aging_interval_seconds)
 
 
+def share(op: _Op, orchestrator_id: str) -> Fraction:
+    """Held leases per unit of weight (0 when fair share is off: then it orders nothing)."""
+    fair = op.policy.fair_share
+    if fair is None:
+        return Fraction(0)
+    held = sum(1 for a in admitted(op) if a.orchestrator_id == orchestrator_id)
+    return Fraction(held, fair.weights.get(orchestrator_id, fair.default_weight))
+
+
+def order(op: _Op, r: AdmissionRecord) -> tuple:
+    if op.policy.fair_share is None:
+        return (-eff(op.policy, r, op.now), r.submitted_at, r.request_id)
+    return (-eff(op.policy, r, op.now), share(op, r.orchestrator_id), r.submitted_at, r.request_id)
+
+
 def queue(op: _Op) -> list[AdmissionRecord]:
     queued = [r for r in op.state.records.values() if r.state == "queued"]
-    return sorted(queued, key=lambda r: (-eff(op.policy, r, op.now), r.submitted_at, r.request_id))
+    return sorted(queued, key=lambda r: order(op, r))
 
 
 def admitted(op: _Op) -> list[AdmissionRecord]:
     return [r for r in op.state.records.values() if r.state == "admitted"]
+
+
+def gang_of(op: _Op, r: AdmissionRecord | AdmissionRequest) -> list[AdmissionRecord]:
+    """The live members of r's gang (queued or admitted), by request id."""
+    return sorted(
+        (a for a in op.state.records.values()
+         if a.gang_id is not None and a.gang_id == r.gang_id and a.orchestrator_id == r.orchestrator_id
+         and a.state in ("queued", "admitted")),
+        key=lambda a: a.request_id,
+    )
+
+
+def gang_ready(op: _Op, r: AdmissionRecord) -> bool:
+    members = gang_of(op, r)
+    if any(m.state != "queued" for m in members):
+        return False
+    return len(members) >= r.gang_size or any(m.lease_revision > 0 for m in members)
+
+
+def gang_blocked(policy: AdmissionPolicy, members: list[AdmissionRecord], running: list[AdmissionRecord]) -> str | None:
+    """'member needs label used/limit' for the first member (by id) that does not fit with the
+    earlier ones placed; None when they all fit at once."""
+    placed: list[AdmissionRecord] = []
+    for m in members:
+        bound = binding(policy, m, running + placed)
+        if bound is not None:
+            return f"{m.request_id} needs {bound[1]}"
+        placed.append(m)
+    return None
+
+
+def waiting_on(op: _Op, r: AdmissionRecord) -> str:
+    if r.gang_id is None:
+        bound = binding(op.policy, r, admitted(op))
+        return "none" if bound is None else bound[1]
+    members = gang_of(op, r)
+    if not gang_ready(op, r):
+        return f"gang {r.gang_id} waiting for members {len(members)}/{r.gang_size}"
+    blocked = gang_blocked(op.policy, members, admitted(op))
+    return "none" if blocked is None else f"gang {r.gang_id}: {blocked}"
 
 
 # --- tick and admission loop ----------------------------------------------------------------------
@@ -183,12 +247,38 @@ def tick(op: _Op) -> None:
             del op.state.records[rid]
     expired = [r for r in admitted(op) if r.lease_expires_at <= now]
     for r in sorted(expired, key=lambda r: (r.lease_expires_at, r.request_id)):
-        op.change(r.request_id, "timed-out", state="timed-out", finished_at=now,
-                  reason="admission lease expired; capacity recovered")
+        if op.state.records[r.request_id].state == "admitted":  # not already gone with its gang
+            expire(op, op.state.records[r.request_id])
     overdue = [r for r in op.state.records.values() if r.state == "queued" and r.queue_deadline <= now]
     for r in sorted(overdue, key=lambda r: (r.queue_deadline, r.request_id)):
         op.change(r.request_id, "timed-out", state="timed-out", finished_at=now, reason="queue deadline elapsed")
     admission_loop(op)
+
+
+def expire(op: _Op, r: AdmissionRecord) -> None:
+    now, policy = op.now, op.policy
+    unit = [r]
+    if r.gang_id is not None:
+        unit += [m for m in gang_of(op, r) if m.request_id != r.request_id and m.state == "admitted"]
+    ids = {u.request_id for u in unit}
+    others = [a for a in admitted(op) if a.request_id not in ids]
+    if r.gang_id is None:
+        fits = binding(policy, r, others) is None
+    else:
+        fits = gang_blocked(policy, sorted(unit, key=lambda u: u.request_id), others) is None
+    limit = policy.max_requeue_attempts
+    requeue = r.requeue_attempts < limit and fits
+    for u in unit:
+        related = None if u.request_id == r.request_id else r.request_id
+        if requeue:
+            attempt = u.requeue_attempts + 1
+            op.change(u.request_id, "requeued", related, REQUEUE_POLICY, state="queued", requeue_attempts=attempt,
+                      submitted_at=now, queue_deadline=now + seconds(u.queue_timeout_seconds),
+                      admitted_at=None, lease_expires_at=None,
+                      reason=f"lease expired; requeued (attempt {attempt}/{limit})")
+        else:
+            op.change(u.request_id, "timed-out", related, state="timed-out", finished_at=now,
+                      reason="admission lease expired; capacity recovered")
 
 
 def admit(op: _Op, r: AdmissionRecord, related: str | None = None, policy: str | None = None) -> None:
@@ -201,12 +291,19 @@ def admission_loop(op: _Op) -> None:
     while True:
         running = admitted(op)
         waiting = queue(op)
-        fitting = [r for r in waiting if binding(op.policy, r, running) is None]
-        if fitting:
-            admit(op, fitting[0])
-            continue
-        if not any(try_lane_override(op, r) or try_preemption(op, r) for r in waiting):
-            return
+        for r in waiting:
+            if r.gang_id is None:
+                if binding(op.policy, r, running) is None:
+                    admit(op, r)
+                    break
+            elif gang_ready(op, r) and gang_blocked(op.policy, gang_of(op, r), running) is None:
+                for m in gang_of(op, r):
+                    admit(op, m, policy=GANG_POLICY)
+                break
+        else:
+            singles = [r for r in waiting if r.gang_id is None]  # a gang never displaces or preempts
+            if not any(try_lane_override(op, r) or try_preemption(op, r) for r in singles):
+                return
 
 
 def try_lane_override(op: _Op, r: AdmissionRecord) -> bool:
@@ -220,7 +317,8 @@ def try_lane_override(op: _Op, r: AdmissionRecord) -> bool:
     bound = binding(policy, r, running)
     if bound is None or bound[0] != "lane":
         return False  # lane is checked last, so a lane binding means every other limit fits
-    victims = [a for a in running if a.lane == r.lane and CLASS_RANK[a.priority_class] > CLASS_RANK[r.priority_class]]
+    victims = [a for a in running if a.lane == r.lane and CLASS_RANK[a.priority_class] > CLASS_RANK[r.priority_class]
+               and a.gang_id is None]  # a gang is spared whole
     if not victims:
         return False
     victim = max(victims, key=lambda a: (CLASS_RANK[a.priority_class], a.admitted_at, a.request_id))
@@ -240,22 +338,37 @@ def try_preemption(op: _Op, r: AdmissionRecord) -> bool:
         return False
     running = admitted(op)
     e_r = eff(policy, r, op.now)
-    victims = [
-        v for v in running
-        if v.preemptible
-        and eff(policy, v, op.now) + policy.preemption_margin < e_r
-        and binding(policy, r, [a for a in running if a.request_id != v.request_id]) is None
-    ]
-    if not victims:
+    # Units: a preemptible single, or a gang whose every admitted member is preemptible.
+    units: list[list[AdmissionRecord]] = []
+    for v in running:
+        if v.gang_id is None:
+            if v.preemptible:
+                units.append([v])
+        else:
+            members = [m for m in gang_of(op, v) if m.state == "admitted"]
+            if members[0].request_id == v.request_id and all(m.preemptible for m in members):
+                units.append(members)
+
+    def strength(unit: list[AdmissionRecord]) -> int:
+        return max(eff(policy, m, op.now) for m in unit)
+
+    candidates = []
+    for unit in units:
+        ids = {m.request_id for m in unit}
+        if strength(unit) + policy.preemption_margin < e_r and \
+                binding(policy, r, [a for a in running if a.request_id not in ids]) is None:
+            candidates.append(unit)
+    if not candidates:
         return False
     # (eff ascending, submitted_at descending, request_id descending), by stable sorts from the last key.
-    victims.sort(key=lambda v: v.request_id, reverse=True)
-    victims.sort(key=lambda v: v.submitted_at, reverse=True)
-    victims.sort(key=lambda v: eff(policy, v, op.now))
-    victim = victims[0]
-    op.change(victim.request_id, "preempted", r.request_id, PREEMPTION_POLICY, state="preempted",
-              preempted_by=r.request_id, finished_at=op.now, reason=f"preempted by {r.request_id}")
-    admit(op, op.state.records[r.request_id], victim.request_id, PREEMPTION_POLICY)
+    candidates.sort(key=lambda u: max(m.request_id for m in u), reverse=True)
+    candidates.sort(key=lambda u: max(m.submitted_at for m in u), reverse=True)
+    candidates.sort(key=strength)
+    unit = candidates[0]
+    for victim in unit:
+        op.change(victim.request_id, "preempted", r.request_id, PREEMPTION_POLICY, state="preempted",
+                  preempted_by=r.request_id, finished_at=op.now, reason=f"preempted by {r.request_id}")
+    admit(op, op.state.records[r.request_id], unit[0].request_id, PREEMPTION_POLICY)
     return True
 
 
@@ -278,6 +391,14 @@ def _operate(op: _Op, operation: object) -> OpResult | str | None:
             return _error("submit", "identity-collision",
                           f"request {req.request_id} already exists with placement "
                           f"{existing.placement_identity()}, not {req.placement_identity()}")
+        if req.gang_id is not None:
+            members = gang_of(op, req)
+            if any(m.gang_size != req.gang_size for m in members):
+                return _error("submit", "gang-mismatch", f"gang {req.gang_id} has another gang_size")
+            if any(m.state == "admitted" for m in members):
+                return _error("submit", "gang-running", f"gang {req.gang_id} is admitted")
+            if len(members) >= req.gang_size:
+                return _error("submit", "gang-full", f"gang {req.gang_id} is full")
         denial = never_runs(op.policy, req)
         if denial is not None:
             op.create(req, "denied", QUOTA_POLICY, state="denied", reason=denial, finished_at=op.now)
@@ -333,13 +454,11 @@ def _operate(op: _Op, operation: object) -> OpResult | str | None:
 
 
 def snapshot(op: _Op) -> Snapshot:
-    running = admitted(op)
     entries = []
     for position, r in enumerate(queue(op), start=1):
-        bound = binding(op.policy, r, running)
         entries.append(QueueEntry(request_id=r.request_id, position=position,
                                   effective_priority=eff(op.policy, r, op.now),
-                                  binding_constraint="none" if bound is None else bound[1]))
+                                  binding_constraint=waiting_on(op, r)))
     return Snapshot(revision=op.state.revision, records=dict(op.state.records), queue=entries)
 
 

@@ -411,7 +411,7 @@ def test_renewal_with_a_stale_lease_revision_is_refused_and_changes_nothing() ->
 
 
 def test_lease_expiry_recovers_capacity_for_the_next_request() -> None:
-    group = HostGroup(max_concurrent=1, lease_ttl_seconds=60)
+    group = HostGroup(max_concurrent=1, lease_ttl_seconds=60, max_requeue_attempts=0)
     group.submit("a", t=0)
     group.submit("b", t=1)
     group.apply(Reconcile(), 59.999999)
@@ -433,7 +433,7 @@ def test_lease_expiry_recovers_capacity_for_the_next_request() -> None:
 
 
 def test_expired_leases_time_out_in_expiry_order() -> None:
-    group = HostGroup(max_concurrent=5, lease_ttl_seconds=60)
+    group = HostGroup(max_concurrent=5, lease_ttl_seconds=60, max_requeue_attempts=0)
     group.submit("b", t=0)
     group.submit("a", t=0)
     group.submit("c", t=5)
@@ -472,7 +472,7 @@ def test_queue_deadline_times_out_a_request_that_waited_too_long() -> None:
 
 
 def test_queue_timeout_wins_over_admission_at_the_same_instant() -> None:
-    group = HostGroup(max_concurrent=1, lease_ttl_seconds=30)
+    group = HostGroup(max_concurrent=1, lease_ttl_seconds=30, max_requeue_attempts=0)
     group.submit("holder", t=0)
     group.submit("w", t=0, queue_timeout=30)
     group.apply(Reconcile(), 30)  # the lease and the queue deadline end together

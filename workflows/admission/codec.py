@@ -10,14 +10,16 @@ output is a pure function of its input, so this is safe in workflow code.
 from __future__ import annotations
 
 import base64
-import heapq
 import json
 import zlib
 
-from workflows.admission.engine import EngineState, QueueClass, Rec, from_micros, new_state
-from workflows.admission.model import TERMINAL_STATES, AdmissionPolicy, AdmissionRequest
+from workflows.admission.engine import EngineState, Rec, from_micros, new_state, rebuild_indexes
+from workflows.admission.model import AdmissionPolicy, AdmissionRequest
 
-FORMAT = 1
+# 2: rows end with the gang fields and the requeue count (ADR-004); format 1 rows, which lack
+# them, still decode (no gang, no requeue yet), so a run continued from an older one loses nothing.
+FORMAT = 2
+_READABLE = (1, 2)
 _REQUEST_FIELDS = (
     "request_id", "orchestrator_id", "environment", "provider", "runtime_kind", "priority",
     "queue_timeout_seconds", "preemptible", "lane", "priority_class",
@@ -26,6 +28,8 @@ _STATE_FIELDS = (
     "submitted_us", "state", "revision", "reason", "queue_deadline_us", "admitted_us",
     "lease_expires_us", "lease_revision", "finished_us", "preempted_by",
 )
+_REQUEST_EXTRA = ("gang_id", "gang_size")
+_STATE_EXTRA = ("requeue_attempts",)
 
 
 def pack_json(value: object) -> str:
@@ -41,6 +45,7 @@ def unpack_json(blob: str) -> object:
 def encode(state: EngineState) -> str:
     rows = [
         [getattr(rec.request, name) for name in _REQUEST_FIELDS] + [getattr(rec, name) for name in _STATE_FIELDS]
+        + [getattr(rec.request, name) for name in _REQUEST_EXTRA] + [getattr(rec, name) for name in _STATE_EXTRA]
         for rec in state.records.values()
     ]
     document = {
@@ -55,41 +60,24 @@ def encode(state: EngineState) -> str:
 
 def decode(blob: str) -> EngineState:
     document = unpack_json(blob)
-    if document.get("format") != FORMAT:
-        raise ValueError(f"unknown admission state format {document.get('format')!r}; expected {FORMAT}")
+    if document.get("format") not in _READABLE:
+        raise ValueError(f"unknown admission state format {document.get('format')!r}; expected one of {_READABLE}")
     state = new_state(AdmissionPolicy.model_validate(document["policy"]))
     state.now_us = document["now_us"]
     state.revision = document["revision"]
     split = len(_REQUEST_FIELDS)
-    terminal: list[tuple[int, str]] = []
+    base = split + len(_STATE_FIELDS)
     for row in document["rows"]:
         fields = dict(zip(_REQUEST_FIELDS, row[:split]))
-        values = dict(zip(_STATE_FIELDS, row[split:]))
+        values = dict(zip(_STATE_FIELDS, row[split:base]))
+        extra = row[base:]
+        if extra:
+            fields.update(zip(_REQUEST_EXTRA, extra[:len(_REQUEST_EXTRA)]))
+            values.update(zip(_STATE_EXTRA, extra[len(_REQUEST_EXTRA):]))
         request = AdmissionRequest.model_construct(**fields, submitted_at=from_micros(values.pop("submitted_us")))
         rec = Rec(request)
         for name, value in values.items():
             setattr(rec, name, value)
         state.records[rec.request_id] = rec
-        _index(state, rec, terminal)
-    terminal.sort()
-    state.terminal_fifo.extend(terminal)
-    heapq.heapify(state.lease_heap)
-    heapq.heapify(state.deadline_heap)
+    rebuild_indexes(state)
     return state
-
-
-def _index(state: EngineState, rec: Rec, terminal: list[tuple[int, str]]) -> None:
-    if rec.state == "queued":
-        queue_class = state.classes.get(rec.class_key)
-        if queue_class is None:
-            queue_class = state.classes[rec.class_key] = QueueClass(rec.class_key)
-        queue_class.add(rec)
-        state.deadline_heap.append((rec.queue_deadline_us, rec.request_id))
-    elif rec.state == "admitted":
-        state.admitted[rec.request_id] = rec
-        state.usage.add(rec, +1)
-        if rec.preemptible:
-            state.preemptible_admitted.add(rec.request_id)
-        state.lease_heap.append((rec.lease_expires_us, rec.request_id))
-    elif rec.state in TERMINAL_STATES:
-        terminal.append((rec.finished_us, rec.request_id))

@@ -11,12 +11,20 @@ requests and an operation must stay well under 100 µs):
 * Queued requests are partitioned into *classes* by everything that decides
   whether they fit and how they may displace others: (environment, provider,
   runtime kind, lane, priority class). Requests of one class fit or do not fit
-  together, so admission inspects classes, not requests.
+  together, so admission inspects classes, not requests. A gang that is ready
+  to run sits in a class of its own kind, keyed by the multiset of its members'
+  classes: gangs of one shape fit or do not fit together too.
 * Inside a class, requests are bucketed by base priority, each bucket sorted by
   (submitted_at, request_id). Aging adds the same step function of age to every
   member of a bucket, so the bucket's first element is always its best, and the
   class's best is the best of its bucket heads. Aging therefore never forces a
   re-sort.
+* With fair share on, requests of equal effective priority are ordered by their
+  orchestrator's held leases per unit of weight. Only orchestrators that hold a
+  lease have a share above zero, and there are never more of them than leases,
+  so each bucket also keeps the oldest request of every orchestrator in it
+  (sorted by age): the bucket's best is found by skipping at most the
+  lease-holding orchestrators at its top effective priority.
 * Lease expiries and queue deadlines sit in heaps with lazy deletion: the
   earliest one is O(1) to find and renewals are O(log n).
 
@@ -30,13 +38,16 @@ import heapq
 from collections import Counter, deque
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
+from fractions import Fraction
 
 from sortedcontainers import SortedList
 
 from workflows.admission.model import (
+    GANG_POLICY,
     LANE_OVERRIDE_POLICY,
     PREEMPTION_POLICY,
     QUOTA_POLICY,
+    REQUEUE_POLICY,
     TERMINAL_STATES,
     AdmissionPolicy,
     AdmissionRecord,
@@ -57,9 +68,11 @@ from workflows.admission.model import (
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 _PRIORITY_CLASS_RANK = {"P0": 0, "P1": 1, "P2": 2, "P3": 3}
+_FAR_FUTURE_US = 1 << 62
 
 ClassKey = tuple[str, str, str, "str | None", str]
-OrderKey = tuple[int, int, str]
+GangKey = tuple[str, str]  # (orchestrator_id, gang_id)
+OrderKey = tuple
 
 
 def to_micros(moment: datetime) -> int:
@@ -82,7 +95,8 @@ class Rec:
     __slots__ = (
         "request", "request_id", "class_key", "priority", "submitted_us", "timeout_us",
         "preemptible", "state", "revision", "reason", "queue_deadline_us", "admitted_us",
-        "lease_expires_us", "lease_revision", "finished_us", "preempted_by",
+        "lease_expires_us", "lease_revision", "finished_us", "preempted_by", "orchestrator",
+        "gang", "gang_size", "requeue_attempts", "queue_key",
     )
 
     def __init__(self, request: AdmissionRequest) -> None:
@@ -95,6 +109,10 @@ class Rec:
         self.submitted_us = to_micros(request.submitted_at)
         self.timeout_us = _seconds_to_micros(request.queue_timeout_seconds)
         self.preemptible = request.preemptible
+        self.orchestrator = request.orchestrator_id
+        gang_id = getattr(request, "gang_id", None)
+        self.gang: GangKey | None = None if gang_id is None else (request.orchestrator_id, gang_id)
+        self.gang_size: int | None = getattr(request, "gang_size", None)
         self.state = "queued"
         self.revision = 0
         self.reason = ""
@@ -104,6 +122,8 @@ class Rec:
         self.lease_revision = 0
         self.finished_us: int | None = None
         self.preempted_by: str | None = None
+        self.requeue_attempts = 0
+        self.queue_key: tuple | None = None  # the queue class it sits in; None while parked or not queued
 
     @property
     def environment(self) -> str:
@@ -125,6 +145,11 @@ class Rec:
     def priority_class_rank(self) -> int:
         return _PRIORITY_CLASS_RANK[self.class_key[4]]
 
+    def resubmit(self, now_us: int) -> None:
+        """A fresh submission time (ADR-004 requeue): the request ages again from now."""
+        self.submitted_us = now_us
+        self.request = self.request.model_copy(update={"submitted_at": from_micros(now_us)})
+
     def to_model(self) -> AdmissionRecord:
         # model_construct: every value here was validated when the request entered.
         return AdmissionRecord.model_construct(
@@ -138,6 +163,7 @@ class Rec:
             lease_revision=self.lease_revision,
             finished_at=_opt_time(self.finished_us),
             preempted_by=self.preempted_by,
+            requeue_attempts=self.requeue_attempts,
         )
 
     @classmethod
@@ -155,6 +181,7 @@ class Rec:
         rec.lease_revision = record.lease_revision
         rec.finished_us = _opt_micros(record.finished_at)
         rec.preempted_by = record.preempted_by
+        rec.requeue_attempts = record.requeue_attempts
         return rec
 
 
@@ -168,13 +195,14 @@ def _opt_micros(moment: datetime | None) -> int | None:
 
 @dataclass
 class Usage:
-    """How many admitted requests count against each limit."""
+    """How many admitted requests count against each limit (and, for fair share, per orchestrator)."""
 
     total: int = 0
     environment: Counter[str] = field(default_factory=Counter)
     provider: Counter[str] = field(default_factory=Counter)
     runtime: Counter[str] = field(default_factory=Counter)
     lane: Counter[str] = field(default_factory=Counter)
+    orchestrator: dict[str, int] = field(default_factory=dict)  # only orchestrators holding a lease
 
     def add(self, rec: Rec, sign: int) -> None:
         self.total += sign
@@ -183,18 +211,33 @@ class Usage:
         self.runtime[rec.runtime_kind] += sign
         if rec.lane is not None:
             self.lane[rec.lane] += sign
+        held = self.orchestrator.get(rec.orchestrator, 0) + sign
+        if held:
+            self.orchestrator[rec.orchestrator] = held
+        else:
+            del self.orchestrator[rec.orchestrator]
 
 
 class QueueClass:
-    """Queued requests that share a class key, bucketed by base priority."""
+    """Queued requests that share a class key, bucketed by base priority.
 
-    __slots__ = ("key", "buckets", "size")
+    With `fair` on, each bucket also keeps its requests by orchestrator, and the oldest request
+    of every orchestrator in it by age (`heads`), so a fair-share head costs a skip over the
+    lease-holding orchestrators only.
+    """
 
-    def __init__(self, key: ClassKey) -> None:
+    __slots__ = ("key", "buckets", "size", "fair", "by_orchestrator", "heads")
+
+    def __init__(self, key: tuple, fair: bool = False) -> None:
         self.key = key
         # priority -> SortedList[(submitted_us, request_id)]
         self.buckets: dict[int, SortedList] = {}
         self.size = 0
+        self.fair = fair
+        # priority -> SortedList[(orchestrator, submitted_us, request_id)]
+        self.by_orchestrator: dict[int, SortedList] = {}
+        # priority -> SortedList[(submitted_us, request_id, orchestrator)]: each orchestrator's oldest
+        self.heads: dict[int, SortedList] = {}
 
     def add(self, rec: Rec) -> None:
         bucket = self.buckets.get(rec.priority)
@@ -202,25 +245,104 @@ class QueueClass:
             bucket = self.buckets[rec.priority] = SortedList()
         bucket.add((rec.submitted_us, rec.request_id))
         self.size += 1
+        if self.fair:
+            by = self.by_orchestrator.get(rec.priority)
+            if by is None:
+                by = self.by_orchestrator[rec.priority] = SortedList()
+                self.heads[rec.priority] = SortedList()
+            heads = self.heads[rec.priority]
+            orchestrator = rec.orchestrator
+            entry = (orchestrator, rec.submitted_us, rec.request_id)
+            index = by.bisect_left((orchestrator,))
+            old = by[index] if index < len(by) and by[index][0] == orchestrator else None
+            by.add(entry)
+            if old is None:
+                heads.add((rec.submitted_us, rec.request_id, orchestrator))
+            elif entry < old:
+                heads.remove((old[1], old[2], orchestrator))
+                heads.add((rec.submitted_us, rec.request_id, orchestrator))
 
     def remove(self, rec: Rec) -> None:
         bucket = self.buckets[rec.priority]
         bucket.remove((rec.submitted_us, rec.request_id))
+        self.size -= 1
+        if self.fair:
+            by = self.by_orchestrator[rec.priority]
+            heads = self.heads[rec.priority]
+            orchestrator = rec.orchestrator
+            entry = (orchestrator, rec.submitted_us, rec.request_id)
+            was_head = by[by.bisect_left((orchestrator,))] == entry
+            by.remove(entry)
+            if was_head:
+                heads.remove((rec.submitted_us, rec.request_id, orchestrator))
+                index = by.bisect_left((orchestrator,))
+                if index < len(by) and by[index][0] == orchestrator:
+                    _, submitted_us, request_id = by[index]
+                    heads.add((submitted_us, request_id, orchestrator))
+            if not by:
+                del self.by_orchestrator[rec.priority]
+                del self.heads[rec.priority]
         if not bucket:
             del self.buckets[rec.priority]
-        self.size -= 1
 
-    def head(self, now_us: int, aging_us: int) -> tuple[OrderKey, str]:
-        """The class's best request at `now`: the best of its bucket heads."""
+    def members(self):
+        for bucket in self.buckets.values():
+            for _submitted, request_id in bucket:
+                yield request_id
+
+    def head(self, state: "EngineState") -> tuple[OrderKey, str]:
+        """The class's best request at the state's time: the best of its bucket heads."""
+        now_us, aging_us = state.now_us, state.aging_us
         best: tuple[OrderKey, str] | None = None
         for priority, bucket in self.buckets.items():
             submitted_us, request_id = bucket[0]
-            effective = priority + max(0, now_us - submitted_us) // aging_us
-            key = (-effective, submitted_us, request_id)
+            steps = max(0, now_us - submitted_us) // aging_us
+            if self.fair:
+                key = self._fair_head(state, priority, steps)
+            else:
+                key = (-(priority + steps), submitted_us, request_id)
             if best is None or key < best[0]:
-                best = (key, request_id)
+                best = (key, key[-1])
         assert best is not None, "an empty class is removed from the queue"
         return best
+
+    def _fair_head(self, state: "EngineState", priority: int, steps: int) -> OrderKey:
+        """Best of one bucket by (-effective priority, share, submitted_at, request_id).
+
+        Requests at the bucket's top effective priority are those submitted no later than
+        `cutoff`; an orchestrator holding no lease has share 0, the least there is, so the first
+        such orchestrator's oldest request ends the walk.
+        """
+        cutoff = state.now_us - steps * state.aging_us if steps else _FAR_FUTURE_US
+        effective = priority + steps
+        held = state.usage.orchestrator
+        best: OrderKey | None = None
+        for submitted_us, request_id, orchestrator in self.heads[priority]:
+            if submitted_us > cutoff:
+                break
+            share = _share(state, orchestrator) if orchestrator in held else 0
+            key = (-effective, share, submitted_us, request_id)
+            if best is None or key < best:
+                best = key
+            if share == 0:
+                break
+        assert best is not None
+        return best
+
+
+class Gang:
+    """The live (queued or admitted) members of one gang."""
+
+    __slots__ = ("key", "size", "members")
+
+    def __init__(self, key: GangKey, size: int) -> None:
+        self.key = key
+        self.size = size
+        self.members: set[str] = set()
+
+    @property
+    def gang_id(self) -> str:
+        return self.key[1]
 
 
 @dataclass
@@ -231,13 +353,15 @@ class EngineState:
     now_us: int = 0
     revision: int = 0
     records: dict[str, Rec] = field(default_factory=dict)
-    classes: dict[ClassKey, QueueClass] = field(default_factory=dict)
+    classes: dict[tuple, QueueClass] = field(default_factory=dict)
     admitted: dict[str, Rec] = field(default_factory=dict)
     usage: Usage = field(default_factory=Usage)
     lease_heap: list[tuple[int, str]] = field(default_factory=list)
     deadline_heap: list[tuple[int, str]] = field(default_factory=list)
     terminal_fifo: deque[tuple[int, str]] = field(default_factory=deque)
     preemptible_admitted: set[str] = field(default_factory=set)
+    gangs: dict[GangKey, Gang] = field(default_factory=dict)
+    parked: dict[str, Rec] = field(default_factory=dict)  # queued members of gangs still forming
     # Limits per class under the current policy (cleared by `_install_policy`).
     limits_cache: dict[ClassKey, list[tuple[str, str, int]]] = field(default_factory=dict)
     # True once an admission pass found nothing to do; any change that could let something
@@ -248,10 +372,11 @@ class EngineState:
     lease_ttl_us: int = 0
     aging_us: int = 1
     retention_us: int = 0
+    fair: bool = False
 
     @property
     def queued_count(self) -> int:
-        return sum(queue_class.size for queue_class in self.classes.values())
+        return sum(queue_class.size for queue_class in self.classes.values()) + len(self.parked)
 
 
 def new_state(policy: AdmissionPolicy) -> EngineState:
@@ -267,6 +392,53 @@ def _install_policy(state: EngineState, policy: AdmissionPolicy) -> None:
     state.retention_us = _seconds_to_micros(policy.terminal_retention_seconds)
     state.limits_cache = {}
     state.settled_at_us = None
+    fair = policy.fair_share is not None
+    if fair != state.fair:
+        state.fair = fair
+        # The fair-share indexes exist only while fair share is on: rebuild every class.
+        rebuilt: dict[tuple, QueueClass] = {}
+        for key, queue_class in state.classes.items():
+            fresh = rebuilt[key] = QueueClass(key, fair)
+            for request_id in queue_class.members():
+                fresh.add(state.records[request_id])
+        state.classes = rebuilt
+
+
+def rebuild_indexes(state: EngineState) -> None:
+    """Every index from the records alone (after decoding a carried state)."""
+    terminal: list[tuple[int, str]] = []
+    for rec in state.records.values():
+        if rec.state == "queued":
+            if rec.gang is not None:
+                _join_gang(state, rec)
+            else:
+                _class_add(state, rec.class_key, rec)
+            state.deadline_heap.append((rec.queue_deadline_us, rec.request_id))
+        elif rec.state == "admitted":
+            state.admitted[rec.request_id] = rec
+            state.usage.add(rec, +1)
+            if rec.preemptible:
+                state.preemptible_admitted.add(rec.request_id)
+            state.lease_heap.append((rec.lease_expires_us, rec.request_id))
+            if rec.gang is not None:
+                _join_gang(state, rec)
+        elif rec.state in TERMINAL_STATES:
+            terminal.append((rec.finished_us, rec.request_id))
+    for gang in list(state.gangs.values()):
+        _place_gang(state, gang)
+    terminal.sort()
+    state.terminal_fifo.extend(terminal)
+    heapq.heapify(state.lease_heap)
+    heapq.heapify(state.deadline_heap)
+    state.settled_at_us = None
+
+
+def _share(state: EngineState, orchestrator: str) -> Fraction | int:
+    """Held leases per unit of weight: exact, so equal shares tie and fall back to FIFO."""
+    held = state.usage.orchestrator.get(orchestrator, 0)
+    if not held:
+        return 0
+    return Fraction(held, state.policy.fair_share.weight(orchestrator))  # type: ignore[union-attr]
 
 
 def effective_priority(state: EngineState, rec: Rec, now_us: int | None = None) -> int:
@@ -275,7 +447,17 @@ def effective_priority(state: EngineState, rec: Rec, now_us: int | None = None) 
 
 
 def order_key(state: EngineState, rec: Rec) -> OrderKey:
+    if state.fair:
+        return (-effective_priority(state, rec), _share(state, rec.orchestrator), rec.submitted_us, rec.request_id)
     return (-effective_priority(state, rec), rec.submitted_us, rec.request_id)
+
+
+def _is_gang_key(key: tuple) -> bool:
+    return key[0] is None
+
+
+def _sortable(key: ClassKey) -> tuple:
+    return (key[0], key[1], key[2], key[3] or "", key[4])
 
 
 # --- capacity ---------------------------------------------------------------------------------
@@ -344,14 +526,54 @@ def blocking_limits(state: EngineState, key: ClassKey, without: Rec | None = Non
     return blocked
 
 
-def _fits(state: EngineState, key: ClassKey, without: Rec | None = None) -> bool:
+def _fits(state: EngineState, key: ClassKey, without: tuple[Rec, ...] | list[Rec] = ()) -> bool:
     usage = state.usage
     for kind, _label, limit in _class_limits(state, key):
         used = _used(usage, kind, key)
-        if without is not None and _shares(without, kind, key):
-            used -= 1
+        for victim in without:
+            if _shares(victim, kind, key):
+                used -= 1
         if used >= limit:
             return False
+    return True
+
+
+def _gang_blocker(
+    state: EngineState, members: list[Rec], without: list[Rec] | tuple[Rec, ...] = (),
+) -> tuple[Rec, str, int, int] | None:
+    """(member, limit label, used, limit) of the first member, in request_id order, that does not
+    fit once the members before it are placed; None when the whole gang fits at once."""
+    placed: Counter[str] = Counter()
+    for member in members:
+        key = member.class_key
+        limits = _class_limits(state, key)
+        for kind, label, limit in limits:
+            used = _used(state.usage, kind, key) + placed[label]
+            for victim in without:
+                if _shares(victim, kind, key):
+                    used -= 1
+            if used >= limit:
+                return member, label, used, limit
+        for _kind, label, _limit in limits:
+            placed[label] += 1
+    return None
+
+
+def _queue_class_fits(state: EngineState, key: tuple) -> bool:
+    if _is_gang_key(key):
+        return _shape_fits(state, key[1])
+    return _fits(state, key)
+
+
+def _shape_fits(state: EngineState, shape: tuple[ClassKey, ...]) -> bool:
+    placed: Counter[str] = Counter()
+    for key in shape:
+        limits = _class_limits(state, key)
+        for kind, label, limit in limits:
+            if _used(state.usage, kind, key) + placed[label] >= limit:
+                return False
+        for _kind, label, _limit in limits:
+            placed[label] += 1
     return True
 
 
@@ -361,6 +583,36 @@ def binding_constraint(state: EngineState, key: ClassKey) -> str:
         return "none"
     _kind, label, used, limit = blocked[0]
     return f"{label} {used}/{limit}"
+
+
+def _gang_members(state: EngineState, gang: Gang) -> list[Rec]:
+    return [state.records[request_id] for request_id in sorted(gang.members)]
+
+
+def _gang_ready(gang: Gang, members: list[Rec]) -> bool:
+    """Every live member queued, and either all of the gang there or a gang that ran before
+    (requeued after its lease expired: what is left of it runs together again)."""
+    if not members or any(member.state != "queued" for member in members):
+        return False
+    return len(members) >= gang.size or any(member.lease_revision > 0 for member in members)
+
+
+def gang_constraint(state: EngineState, gang: Gang) -> str:
+    members = _gang_members(state, gang)
+    if not _gang_ready(gang, members):
+        return f"gang {gang.gang_id} waiting for members {len(members)}/{gang.size}"
+    blocker = _gang_blocker(state, members)
+    if blocker is None:
+        return "none"
+    member, label, used, limit = blocker
+    return f"gang {gang.gang_id}: {member.request_id} needs {label} {used}/{limit}"
+
+
+def waiting_on(state: EngineState, rec: Rec) -> str:
+    """The binding constraint of one queued request, gang members included."""
+    if rec.gang is not None:
+        return gang_constraint(state, state.gangs[rec.gang])
+    return binding_constraint(state, rec.class_key)
 
 
 def _never_runs(policy: AdmissionPolicy, key: ClassKey) -> str | None:
@@ -419,26 +671,71 @@ class _Changes:
         )
 
 
-def _enqueue(state: EngineState, rec: Rec, deadline_us: int) -> None:
-    rec.state = "queued"
-    rec.queue_deadline_us = deadline_us
-    queue_class = state.classes.get(rec.class_key)
+def _class_add(state: EngineState, key: tuple, rec: Rec) -> None:
+    queue_class = state.classes.get(key)
     if queue_class is None:
-        queue_class = state.classes[rec.class_key] = QueueClass(rec.class_key)
+        queue_class = state.classes[key] = QueueClass(key, state.fair)
     queue_class.add(rec)
-    heapq.heappush(state.deadline_heap, (deadline_us, rec.request_id))
+    rec.queue_key = key
+
+
+def _join_gang(state: EngineState, rec: Rec) -> Gang:
+    gang = state.gangs.get(rec.gang)  # type: ignore[arg-type]
+    if gang is None:
+        gang = state.gangs[rec.gang] = Gang(rec.gang, rec.gang_size)  # type: ignore[index, arg-type]
+    gang.members.add(rec.request_id)
+    if rec.state == "queued":
+        state.parked[rec.request_id] = rec
+        rec.queue_key = None
+    return gang
+
+
+def _unqueue(state: EngineState, rec: Rec) -> None:
+    """Take a queued request out of whichever queue index holds it (its state is unchanged)."""
+    key = rec.queue_key
+    if key is None:
+        state.parked.pop(rec.request_id, None)
+        return
+    queue_class = state.classes[key]
+    queue_class.remove(rec)
+    if queue_class.size == 0:
+        del state.classes[key]
+    rec.queue_key = None
+
+
+def _place_gang(state: EngineState, gang: Gang) -> None:
+    """Put a gang's queued members where they belong: in the class of the gang's shape when it
+    is ready to run, parked while it is still forming."""
+    members = _gang_members(state, gang)
+    queued = [member for member in members if member.state == "queued"]
+    ready = _gang_ready(gang, members)
+    shape_key = (None, tuple(sorted((member.class_key for member in members), key=_sortable))) if ready else None
+    for member in queued:
+        if member.queue_key == shape_key and (shape_key is not None or member.request_id in state.parked):
+            continue
+        _unqueue(state, member)
+        if shape_key is None:
+            state.parked[member.request_id] = member
+        else:
+            _class_add(state, shape_key, member)
     state.settled_at_us = None
 
 
-def _dequeue(state: EngineState, rec: Rec) -> None:
-    queue_class = state.classes[rec.class_key]
-    queue_class.remove(rec)
-    if queue_class.size == 0:
-        del state.classes[rec.class_key]
+def _enqueue(state: EngineState, rec: Rec, deadline_us: int, *, place: bool = True) -> None:
+    rec.state = "queued"
+    rec.queue_deadline_us = deadline_us
+    heapq.heappush(state.deadline_heap, (deadline_us, rec.request_id))
+    state.settled_at_us = None
+    if rec.gang is None:
+        _class_add(state, rec.class_key, rec)
+        return
+    gang = _join_gang(state, rec)
+    if place:
+        _place_gang(state, gang)
 
 
 def _admit(state: EngineState, changes: _Changes, rec: Rec, *, related: str | None = None, policy: str | None = None) -> None:
-    _dequeue(state, rec)
+    _unqueue(state, rec)
     rec.state = "admitted"
     rec.admitted_us = state.now_us
     rec.lease_expires_us = state.now_us + state.lease_ttl_us
@@ -449,6 +746,14 @@ def _admit(state: EngineState, changes: _Changes, rec: Rec, *, related: str | No
         state.preemptible_admitted.add(rec.request_id)
     heapq.heappush(state.lease_heap, (rec.lease_expires_us, rec.request_id))
     changes.emit("admitted", rec, "queued", "admitted", related=related, policy=policy)
+
+
+def _admit_gang(state: EngineState, changes: _Changes, gang: Gang) -> None:
+    members = _gang_members(state, gang)
+    for member in members:
+        _unqueue(state, member)
+    for member in members:
+        _admit(state, changes, member, policy=GANG_POLICY)
 
 
 def _vacate(state: EngineState, rec: Rec) -> None:
@@ -469,17 +774,25 @@ def _finish(
     *,
     related: str | None = None,
     policy: str | None = None,
+    place: bool = True,
 ) -> None:
     """Move a live record to a terminal state, freeing what it held."""
     from_state = rec.state
     if from_state == "queued":
-        _dequeue(state, rec)
+        _unqueue(state, rec)
     elif from_state == "admitted":
         _vacate(state, rec)
     rec.state = to_state
     rec.finished_us = state.now_us
     state.terminal_fifo.append((state.now_us, rec.request_id))
     changes.emit(event_type, rec, from_state, reason, related=related, policy=policy)
+    if rec.gang is not None:
+        gang = state.gangs[rec.gang]
+        gang.members.discard(rec.request_id)
+        if not gang.members:
+            del state.gangs[rec.gang]
+        elif place:
+            _place_gang(state, gang)
 
 
 def _displace(state: EngineState, changes: _Changes, victim: Rec, by: Rec) -> None:
@@ -494,6 +807,41 @@ def _displace(state: EngineState, changes: _Changes, victim: Rec, by: Rec) -> No
     )
 
 
+def _expire(state: EngineState, changes: _Changes, rec: Rec) -> None:
+    """A lease ran out: the request, and with it every admitted member of its gang, goes back to
+    the queue while it has requeue attempts left and fits once it is gone (ADR-004); otherwise
+    it ends timed-out."""
+    if rec.gang is None:
+        unit = [rec]
+        fits = _fits(state, rec.class_key, without=unit)
+    else:
+        others = [member for member in _gang_members(state, state.gangs[rec.gang]) if member is not rec]
+        unit = [rec] + [member for member in others if member.state == "admitted"]
+        fits = _gang_blocker(state, sorted(unit, key=lambda member: member.request_id), without=unit) is None
+    limit = state.policy.max_requeue_attempts
+    if rec.requeue_attempts < limit and fits:
+        for member in unit:
+            _vacate(state, member)
+            member.requeue_attempts += 1
+            member.admitted_us = None
+            member.lease_expires_us = None
+            member.resubmit(state.now_us)
+            _enqueue(state, member, state.now_us + member.timeout_us, place=False)
+            changes.emit(
+                "requeued", member, "admitted",
+                f"lease expired; requeued (attempt {member.requeue_attempts}/{limit})",
+                related=None if member is rec else rec.request_id, policy=REQUEUE_POLICY,
+            )
+        if rec.gang is not None:
+            _place_gang(state, state.gangs[rec.gang])
+        return
+    for member in unit:
+        _finish(
+            state, changes, member, "timed-out", "timed-out", "admission lease expired; capacity recovered",
+            related=None if member is rec else rec.request_id,
+        )
+
+
 # --- the tick ---------------------------------------------------------------------------------
 
 
@@ -506,7 +854,7 @@ def _tick(state: EngineState, changes: _Changes) -> None:
         expires_us, request_id = heapq.heappop(lease_heap)
         rec = state.records.get(request_id)
         if rec is not None and rec.state == "admitted" and rec.lease_expires_us == expires_us:
-            _finish(state, changes, rec, "timed-out", "timed-out", "admission lease expired; capacity recovered")
+            _expire(state, changes, rec)
 
     deadline_heap = state.deadline_heap
     while deadline_heap and deadline_heap[0][0] <= now:
@@ -546,13 +894,17 @@ def _admit_best_fitting(state: EngineState, changes: _Changes) -> bool:
         return False
     best: tuple[OrderKey, str] | None = None
     for key, queue_class in state.classes.items():
-        if _fits(state, key):
-            head = queue_class.head(state.now_us, state.aging_us)
+        if _queue_class_fits(state, key):
+            head = queue_class.head(state)
             if best is None or head[0] < best[0]:
                 best = head
     if best is None:
         return False
-    _admit(state, changes, state.records[best[1]])
+    rec = state.records[best[1]]
+    if rec.gang is not None:
+        _admit_gang(state, changes, state.gangs[rec.gang])
+    else:
+        _admit(state, changes, rec)
     return True
 
 
@@ -562,7 +914,10 @@ def _override_or_preempt(state: EngineState, changes: _Changes) -> bool:
     preemption = policy.allow_preemption and bool(state.preemptible_admitted)
     if not (lane_override or preemption):
         return False
-    heads = sorted(queue_class.head(state.now_us, state.aging_us) for queue_class in state.classes.values())
+    # Gangs never displace or preempt: they wait until they fit.
+    heads = sorted(queue_class.head(state) for key, queue_class in state.classes.items() if not _is_gang_key(key))
+    if not heads:
+        return False
     if preemption and not lane_override:
         # Fast refusal: the weakest preemptible holder is not weak enough for the strongest head.
         weakest = min(effective_priority(state, state.records[request_id]) for request_id in state.preemptible_admitted)
@@ -577,14 +932,15 @@ def _override_or_preempt(state: EngineState, changes: _Changes) -> bool:
                 _admit(state, changes, candidate, related=victim.request_id, policy=LANE_OVERRIDE_POLICY)
                 return True
         if preemption:
-            victim = _preemption_victim(state, candidate)
-            if victim is not None:
-                _finish(
-                    state, changes, victim, "preempted", "preempted", f"preempted by {candidate.request_id}",
-                    related=candidate.request_id, policy=PREEMPTION_POLICY,
-                )
-                victim.preempted_by = candidate.request_id
-                _admit(state, changes, candidate, related=victim.request_id, policy=PREEMPTION_POLICY)
+            victims = _preemption_victims(state, candidate)
+            if victims:
+                for victim in victims:
+                    _finish(
+                        state, changes, victim, "preempted", "preempted", f"preempted by {candidate.request_id}",
+                        related=candidate.request_id, policy=PREEMPTION_POLICY, place=False,
+                    )
+                    victim.preempted_by = candidate.request_id
+                _admit(state, changes, candidate, related=victims[0].request_id, policy=PREEMPTION_POLICY)
                 return True
     return False
 
@@ -601,33 +957,81 @@ def _lane_override_victim(state: EngineState, candidate: Rec) -> Rec | None:
     if [kind for kind, *_ in blocked] != ["lane"]:
         return None
     rank = candidate.priority_class_rank
-    claims = [rec for rec in state.admitted.values() if rec.lane == lane and rec.priority_class_rank > rank]
+    # A gang is spared whole: displacing one member would hold the rest while it waits.
+    claims = [
+        rec for rec in state.admitted.values()
+        if rec.lane == lane and rec.priority_class_rank > rank and rec.gang is None
+    ]
     if not claims:
         return None
     victim = max(claims, key=lambda rec: (rec.priority_class_rank, rec.admitted_us, rec.request_id))
-    return victim if _fits(state, key, without=victim) else None
+    return victim if _fits(state, key, without=(victim,)) else None
 
 
-def _preemption_victim(state: EngineState, candidate: Rec) -> Rec | None:
+def _preemption_units(state: EngineState) -> list[list[Rec]]:
+    """What preemption may take: single preemptible holders, and gangs whose every admitted
+    member is preemptible (taken whole, members in request_id order)."""
+    units: list[list[Rec]] = []
+    seen: set[GangKey] = set()
+    for request_id in state.preemptible_admitted:
+        rec = state.records[request_id]
+        if rec.gang is None:
+            units.append([rec])
+        elif rec.gang not in seen:
+            seen.add(rec.gang)
+            members = [member for member in _gang_members(state, state.gangs[rec.gang]) if member.state == "admitted"]
+            if all(member.preemptible for member in members):
+                units.append(members)
+    return units
+
+
+def _preemption_victims(state: EngineState, candidate: Rec) -> list[Rec]:
     margin = state.policy.preemption_margin
     candidate_effective = effective_priority(state, candidate)
-    best: Rec | None = None
-    best_order: tuple[int, int] | None = None
-    for request_id in state.preemptible_admitted:
-        victim = state.records[request_id]
-        victim_effective = effective_priority(state, victim)
-        if victim_effective + margin >= candidate_effective:
+    best: list[Rec] = []
+    best_order: tuple | None = None
+    for unit in _preemption_units(state):
+        # A unit is as strong as its strongest member; the latest submission and highest id speak for it.
+        unit_effective = max(effective_priority(state, member) for member in unit)
+        if unit_effective + margin >= candidate_effective:
             continue
-        if not _fits(state, candidate.class_key, without=victim):
+        if not _fits(state, candidate.class_key, without=unit):
             continue
         # Victim order: lowest effective priority, then latest submitted, then highest id.
-        order = (victim_effective, -victim.submitted_us)
-        if best is None or order < best_order or (order == best_order and request_id > best.request_id):
-            best, best_order = victim, order
+        order = (unit_effective, -max(member.submitted_us for member in unit))
+        unit_id = max(member.request_id for member in unit)
+        if best_order is None or order < best_order or (order == best_order and unit_id > max(m.request_id for m in best)):
+            best, best_order = unit, order
     return best
 
 
 # --- operations -------------------------------------------------------------------------------
+
+
+def _gang_refusal(state: EngineState, request: AdmissionRequest) -> OpResult | None:
+    gang = state.gangs.get((request.orchestrator_id, request.gang_id))  # type: ignore[arg-type]
+    if gang is None:
+        return None
+    if gang.size != request.gang_size:
+        return _error(
+            "submit", "gang-mismatch",
+            f"gang {request.gang_id} of {request.orchestrator_id} has gang_size {gang.size}, not "
+            f"{request.gang_size}; every member must name the same gang_size",
+        )
+    members = _gang_members(state, gang)
+    if any(member.state == "admitted" for member in members):
+        return _error(
+            "submit", "gang-running",
+            f"gang {request.gang_id} of {request.orchestrator_id} is already admitted; a member cannot join "
+            "a gang that runs: give the new request another gang_id",
+        )
+    if len(members) >= gang.size:
+        return _error(
+            "submit", "gang-full",
+            f"gang {request.gang_id} of {request.orchestrator_id} already has its {gang.size} members; "
+            "give the new request another gang_id or raise gang_size for a new gang",
+        )
+    return None
 
 
 def _submit(state: EngineState, changes: _Changes, op: Submit) -> Rec | OpResult:
@@ -642,6 +1046,10 @@ def _submit(state: EngineState, changes: _Changes, op: Submit) -> Rec | OpResult
                 "a new request needs a new request_id",
             )
         return existing
+    if getattr(request, "gang_id", None) is not None:
+        refusal = _gang_refusal(state, request)
+        if refusal is not None:
+            return refusal
     rec = Rec(request)
     state.records[rec.request_id] = rec
     denial = _never_runs(state.policy, rec.class_key)
@@ -702,18 +1110,26 @@ def _cancel(state: EngineState, changes: _Changes, op: Cancel) -> Rec | OpResult
     return rec
 
 
+def _all_queued(state: EngineState) -> list[Rec]:
+    queued = [state.records[request_id] for queue_class in state.classes.values() for request_id in queue_class.members()]
+    queued.extend(state.parked.values())
+    return queued
+
+
 def _set_policy(state: EngineState, changes: _Changes, op: SetPolicy) -> OpResult:
     _install_policy(state, op.policy)
     reason = f"policy changed by {op.operator}" if op.operator else "policy changed"
     changes.emit("policy-changed", None, None, reason, policy="set_policy")
-    doomed = [
-        rec
-        for key, queue_class in list(state.classes.items())
-        if _never_runs(state.policy, key) is not None
-        for bucket in queue_class.buckets.values()
-        for _submitted, request_id in bucket
-        for rec in (state.records[request_id],)
-    ]
+    doomed: list[Rec] = []
+    for key, queue_class in state.classes.items():
+        if _is_gang_key(key):
+            doomed.extend(
+                state.records[request_id] for request_id in queue_class.members()
+                if _never_runs(state.policy, state.records[request_id].class_key) is not None
+            )
+        elif _never_runs(state.policy, key) is not None:
+            doomed.extend(state.records[request_id] for request_id in queue_class.members())
+    doomed.extend(rec for rec in state.parked.values() if _never_runs(state.policy, rec.class_key) is not None)
     doomed.sort(key=lambda rec: order_key(state, rec))
     for rec in doomed:
         _finish(state, changes, rec, "denied", "denied", _never_runs(state.policy, rec.class_key) or "", policy=QUOTA_POLICY)
@@ -765,24 +1181,27 @@ def apply(
 
 
 def queued_in_order(state: EngineState) -> list[Rec]:
-    queued = [
-        state.records[request_id]
-        for queue_class in state.classes.values()
-        for bucket in queue_class.buckets.values()
-        for _submitted, request_id in bucket
-    ]
+    queued = _all_queued(state)
     queued.sort(key=lambda rec: order_key(state, rec))
     return queued
 
 
 def queue_view(state: EngineState) -> list[QueueEntry]:
-    constraints: dict[ClassKey, str] = {key: binding_constraint(state, key) for key in state.classes}
+    constraints: dict[tuple, str] = {}
+
+    def constraint(rec: Rec) -> str:
+        key = rec.gang if rec.gang is not None else rec.class_key
+        text = constraints.get(key)  # type: ignore[arg-type]
+        if text is None:
+            text = constraints[key] = waiting_on(state, rec)  # type: ignore[index]
+        return text
+
     return [
         QueueEntry(
             request_id=rec.request_id,
             position=position,
             effective_priority=effective_priority(state, rec),
-            binding_constraint=constraints[rec.class_key],
+            binding_constraint=constraint(rec),
         )
         for position, rec in enumerate(queued_in_order(state), start=1)
     ]
@@ -835,12 +1254,17 @@ def queue_position(state: EngineState, rec: Rec) -> int:
     """1-based position of a queued request without sorting the queue.
 
     Inside a bucket the order key is monotone in bucket order (earlier submission
-    never ages less), so a binary search per bucket counts who is ahead.
+    never ages less), so a binary search per bucket counts who is ahead. With fair
+    share, who is ahead at the same effective priority is counted per lease-holding
+    orchestrator (see `_fair_ahead`).
     """
     target = order_key(state, rec)
-    ahead = 0
+    ahead = sum(1 for other in state.parked.values() if order_key(state, other) < target)
     for queue_class in state.classes.values():
         for priority, bucket in queue_class.buckets.items():
+            if state.fair:
+                ahead += _fair_ahead(state, queue_class, priority, target)
+                continue
             low, high = 0, len(bucket)
             while low < high:
                 middle = (low + high) // 2
@@ -852,6 +1276,50 @@ def queue_position(state: EngineState, rec: Rec) -> int:
                     high = middle
             ahead += low
     return ahead + 1
+
+
+def _fair_ahead(state: EngineState, queue_class: QueueClass, priority: int, target: OrderKey) -> int:
+    """How many requests of one bucket come before `target` in fair-share order."""
+    bucket = queue_class.buckets[priority]
+    by = queue_class.by_orchestrator[priority]
+    neg_effective, share, target_submitted, target_id = target
+    steps = -neg_effective - priority  # the age steps a bucket member needs to tie with the target
+    if steps < 0:
+        return len(bucket)  # every member is at least `priority`, above the target
+    now, aging = state.now_us, state.aging_us
+
+    def submitted_at_most(moment: int) -> int:
+        return bucket.bisect_left((moment + 1,))
+
+    above = submitted_at_most(now - (steps + 1) * aging)  # strictly older steps: higher effective priority
+    low_us = now - (steps + 1) * aging  # ties have submitted_us in (low_us, high_us]
+    if steps == 0:
+        high_us = _FAR_FUTURE_US
+        tied = len(bucket) - above
+    else:
+        high_us = now - steps * aging
+        tied = submitted_at_most(high_us) - above
+    if tied <= 0:
+        return above
+    before_target = min(max(bucket.bisect_left((target_submitted, target_id)) - above, 0), tied)
+    holders_tied = holders_before = lower_share = 0
+    for orchestrator in state.usage.orchestrator:
+        first = by.bisect_left((orchestrator, low_us + 1))
+        last = by.bisect_left((orchestrator, high_us + 1))
+        if last <= first:
+            continue
+        count = last - first
+        holders_tied += count
+        earlier = min(max(by.bisect_left((orchestrator, target_submitted, target_id)) - first, 0), count)
+        holders_before += earlier
+        their_share = _share(state, orchestrator)
+        if their_share < share:
+            lower_share += count
+        elif their_share == share:
+            lower_share += earlier
+    if share == 0:
+        return above + (before_target - holders_before)
+    return above + (tied - holders_tied) + lower_share
 
 
 def usage_view(state: EngineState) -> list[tuple[str, int, int | None]]:
@@ -884,6 +1352,21 @@ def what_if(state: EngineState, request: AdmissionRequest) -> tuple[str, str]:
         return "replay", f"request {request.request_id} already exists: {existing.state}"
     rec = Rec(request)
     denial = _never_runs(state.policy, rec.class_key)
+    if rec.gang is not None:
+        refusal = _gang_refusal(state, request)
+        if refusal is not None:
+            return refusal.error.code, refusal.error.message  # type: ignore[union-attr]
+        if denial is not None:
+            return "denied", denial
+        gang = state.gangs.get(rec.gang)
+        members = ([] if gang is None else _gang_members(state, gang)) + [rec]
+        if len(members) < rec.gang_size:  # type: ignore[operator]
+            return "queued", f"gang {rec.gang[1]} waiting for members {len(members)}/{rec.gang_size}"
+        blocker = _gang_blocker(state, sorted(members, key=lambda member: member.request_id))
+        if blocker is None:
+            return "admitted", f"completes gang {rec.gang[1]}, which fits every limit now"
+        member, label, used, limit = blocker
+        return "queued", f"gang {rec.gang[1]}: {member.request_id} needs {label} {used}/{limit}"
     if denial is not None:
         return "denied", denial
     if _fits(state, rec.class_key):
@@ -893,8 +1376,8 @@ def what_if(state: EngineState, request: AdmissionRequest) -> tuple[str, str]:
         if victim is not None:
             return "admitted", f"would displace {victim.request_id} ({LANE_OVERRIDE_POLICY})"
     if state.policy.allow_preemption:
-        victim = _preemption_victim(state, rec)
-        if victim is not None:
-            return "admitted", f"would preempt {victim.request_id}"
-    ahead = queue_position(state, rec) if state.classes else 1
+        victims = _preemption_victims(state, rec)
+        if victims:
+            return "admitted", f"would preempt {', '.join(victim.request_id for victim in victims)}"
+    ahead = queue_position(state, rec) if state.classes or state.parked else 1
     return "queued", f"position {ahead}, waiting on {binding_constraint(state, rec.class_key)}"

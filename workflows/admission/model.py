@@ -19,13 +19,15 @@ PriorityClass = Literal["P0", "P1", "P2", "P3"]
 AdmissionState = Literal["queued", "admitted", "denied", "cancelled", "timed-out", "preempted", "released"]
 AuditEventType = Literal[
     "queued", "admitted", "renewed", "released", "cancelled", "timed-out",
-    "denied", "preempted", "displaced", "policy-changed",
+    "denied", "preempted", "displaced", "policy-changed", "requeued",
 ]
 
 TERMINAL_STATES: frozenset[str] = frozenset({"denied", "cancelled", "timed-out", "preempted", "released"})
 LANE_OVERRIDE_POLICY = "priority-wip-override-v1"
 PREEMPTION_POLICY = "preemption"
 QUOTA_POLICY = "quota"
+REQUEUE_POLICY = "requeue"  # ADR-004 bounded requeue after lease expiry
+GANG_POLICY = "gang"  # all-or-nothing admission of a gang
 
 
 def _aware(value: datetime) -> datetime:
@@ -69,6 +71,21 @@ class PriorityAdmission(_Strict):
     override_priorities: list[PriorityClass] = Field(default_factory=lambda: ["P0", "P1"])
 
 
+Weight = Annotated[int, Field(ge=1)]
+
+
+class FairShare(_Strict):
+    """Opt-in fair share between orchestrators: among requests of equal effective priority, the
+    orchestrator holding the fewest leases per unit of weight goes first (docs/admission-engine.md).
+    Weights are whole numbers so that shares compare exactly (2 against 1, not 0.2 against 0.1)."""
+
+    weights: dict[Identifier, Weight] = Field(default_factory=dict)
+    default_weight: Weight = 1
+
+    def weight(self, orchestrator_id: str) -> int:
+        return self.weights.get(orchestrator_id, self.default_weight)
+
+
 class AdmissionPolicy(_Strict):
     """Quotas and rules of one host group. Missing quota maps mean 'unlimited'."""
 
@@ -84,6 +101,22 @@ class AdmissionPolicy(_Strict):
     lane_wip_limits: dict[str, Quota] = Field(default_factory=dict)
     priority_admission: PriorityAdmission = Field(default_factory=PriorityAdmission)
     terminal_retention_seconds: float = Field(default=86400, ge=0)
+    # ADR-004: how often a request whose lease expired goes back to the queue before it ends timed-out.
+    max_requeue_attempts: int = Field(default=2, ge=0)
+    # ADR-004: the measured time workloads take to start (admission to first sign of life). A lease
+    # shorter than that expires before a healthy workload can renew it, so it is refused.
+    startup_p95_seconds: float | None = Field(default=None, gt=0, le=MAX_DURATION_SECONDS)
+    fair_share: FairShare | None = None
+
+    @model_validator(mode="after")
+    def _lease_outlasts_startup(self) -> "AdmissionPolicy":
+        if self.startup_p95_seconds is not None and self.lease_ttl_seconds < self.startup_p95_seconds:
+            raise ValueError(
+                f"lease_ttl_seconds ({self.lease_ttl_seconds:g} s) is shorter than startup_p95_seconds "
+                f"({self.startup_p95_seconds:g} s), so a workload's lease would expire before it has started: "
+                f"raise lease_ttl_seconds to at least {self.startup_p95_seconds:g}"
+            )
+        return self
 
     def runtime_limit(self, runtime_kind: str) -> int | None:
         """The `host` tier is serialised (default 1) unless set; other tiers are unlimited unless set."""
@@ -106,10 +139,23 @@ class AdmissionRequest(_Strict):
     preemptible: bool = False
     lane: Name | None = None
     priority_class: PriorityClass = "P2"
+    # Gang admission: requests of one orchestrator with the same gang id run all together or not at
+    # all; every member names the same gang size (how many members the gang has).
+    gang_id: Identifier | None = None
+    gang_size: int | None = Field(default=None, ge=1, le=10_000)
 
-    def placement_identity(self) -> tuple[str, str, str, str, str | None]:
+    @model_validator(mode="after")
+    def _gang_fields_together(self) -> "AdmissionRequest":
+        if (self.gang_id is None) != (self.gang_size is None):
+            raise ValueError("gang_id and gang_size go together: give both (a gang member) or neither")
+        return self
+
+    def placement_identity(self) -> tuple:
         """What a replay of the same id must repeat; anything else is an identity collision."""
-        return (self.orchestrator_id, self.environment, self.provider, self.runtime_kind, self.lane)
+        identity: tuple = (self.orchestrator_id, self.environment, self.provider, self.runtime_kind, self.lane)
+        if self.gang_id is not None:
+            identity += (self.gang_id, self.gang_size)
+        return identity
 
 
 class AdmissionRecord(AdmissionRequest):
@@ -124,6 +170,7 @@ class AdmissionRecord(AdmissionRequest):
     lease_revision: int = 0
     finished_at: datetime | None = None
     preempted_by: str | None = None
+    requeue_attempts: int = 0  # ADR-004: times it went back to the queue after its lease expired
 
 
 class AuditEvent(_Strict):
@@ -196,7 +243,10 @@ Operation = Annotated[
     Field(discriminator="op"),
 ]
 
-ErrorCode = Literal["identity-collision", "not-found", "not-admitted", "stale-lease-revision"]
+ErrorCode = Literal[
+    "identity-collision", "not-found", "not-admitted", "stale-lease-revision", "gang-mismatch", "gang-full",
+    "gang-running",
+]
 
 
 class OpError(_Strict):
