@@ -45,7 +45,9 @@ def health_routes() -> APIRouter:
             return JSONResponse({"status": "not_ready", "reason": "starting"}, status_code=503)
         if runner is not None and getattr(runner, "closing", False):
             return JSONResponse({"status": "not_ready", "reason": "shutting_down"}, status_code=503)
-        count = len(executor.instances())
+        listed = executor.instances()
+        items = listed.get("items", listed.get("instances", [])) if isinstance(listed, dict) else listed
+        count = sum(1 for item in items if item.get("state", "running") == "running")
         if count == 0:
             return JSONResponse({"status": "not_ready", "reason": "no_agents_connected"}, status_code=503)
         return JSONResponse({"status": "ready", "agent_count": count})

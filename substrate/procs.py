@@ -1,21 +1,29 @@
-"""Process groups for workload commands: spawn, stop, and recognise our own orphans.
+"""Process groups for workload commands: spawn, stop, watch, and find them again after a restart.
 
-Every command runs as `/bin/sh -c PROMPT` in a new session (so it leads its own process
-group and everything it forks can be signalled at once) with, on Linux, a parent-death
-signal so that the shell dies even if the substrate is SIGKILLed. Grandchildren that
-outlive such a crash are found again at the next start through the recorded process group
-and the leader's start time (a recycled pid has a different start time), and killed: an
-outcome nobody observed is recorded `unknown`, never guessed.
+Every command runs as `/bin/sh -c PROMPT` in a new session, so it leads its own process group
+(everything it forks can be signalled at once) and lives on when the substrate stops or
+crashes: the real server keeps its tasks running across a management-server restart, and so
+does the substrate. The task row keeps the group leader's pid and its start time
+(`/proc/<pid>/stat` field 22, clock ticks since boot); at the next start a leader alive with the
+recorded start time is the same process, re-adopted and watched until it exits
+(`substrate/adoption.py`). A live pid with another start time is a recycled pid: not ours.
 
-Output goes to files, not pipes: a background grandchild holding a pipe open would keep a
-reader waiting forever, a file never does.
+The substrate is not the parent of a re-adopted process, so the kernel will not hand it the
+exit status. A small wrapper shell therefore runs the command and writes its exit status to a
+file next to the output before it exits (`exit_file`); a process that ended while the substrate
+was down is reported by that status, or as `unknown` when there is none (it was killed with its
+wrapper).
+
+Processes are `subprocess.Popen` children watched through a pidfd, not asyncio subprocesses:
+asyncio kills a child whose transport is closed or collected with its loop, which would end
+every workload with the substrate. Output goes to files, not pipes: a background grandchild
+holding a pipe open would keep a reader waiting forever, a file never does.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
 import os
 import signal
 import subprocess
@@ -23,18 +31,65 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-_PR_SET_PDEATHSIG = 1
+#: Runs the command ($1) in a shell of its own and writes its exit status to $2 before exiting
+#: with it. Killed together with its group (cancel, time budget), it writes nothing: that end is
+#: recorded by the substrate itself.
+_WRAPPER = '/bin/sh -c "$1"; status=$?; printf "%s\\n" "$status" > "$2"; exit "$status"'
+WRAPPER_NAME = "conductor-task"
+_POLL_SECONDS = 0.05
 
-try:  # resolved once at import: nothing may be looked up between fork and exec
-    _libc = ctypes.CDLL(None, use_errno=True)
-    _prctl = _libc.prctl
-except (OSError, AttributeError):  # not Linux
-    _prctl = None
 
+class ShellProcess:
+    """A spawned group leader with the part of `asyncio.subprocess.Process` the runner uses."""
 
-def _die_with_parent() -> None:
-    if _prctl is not None:
-        _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    def __init__(self, popen: subprocess.Popen[bytes]) -> None:
+        self._popen = popen
+        self.pid = popen.pid
+        #: Set when the substrate stops but leaves the process running (`stop_group` spares it).
+        self.detached = False
+        self._pidfd: int | None = None
+        with contextlib.suppress(OSError, AttributeError):
+            self._pidfd = os.pidfd_open(popen.pid)
+        self._exited: asyncio.Future[None] | None = None
+
+    @property
+    def returncode(self) -> int | None:
+        return self._popen.poll()
+
+    async def wait(self) -> int:
+        while (code := self._popen.poll()) is None:
+            await self._until_exit()
+        self._close_pidfd()
+        return code
+
+    async def _until_exit(self) -> None:
+        if self._pidfd is None:
+            await asyncio.sleep(_POLL_SECONDS)
+            return
+        if self._exited is None or self._exited.done():
+            loop = asyncio.get_running_loop()
+            exited: asyncio.Future[None] = loop.create_future()
+            fd = self._pidfd
+
+            def readable() -> None:
+                loop.remove_reader(fd)
+                if not exited.done():
+                    exited.set_result(None)
+
+            try:
+                loop.add_reader(fd, readable)
+            except (NotImplementedError, ValueError, OSError):
+                self._close_pidfd()
+                await asyncio.sleep(_POLL_SECONDS)
+                return
+            self._exited = exited
+        await asyncio.shield(self._exited)
+
+    def _close_pidfd(self) -> None:
+        if self._pidfd is not None:
+            with contextlib.suppress(OSError):
+                os.close(self._pidfd)
+            self._pidfd = None
 
 
 async def spawn_shell(
@@ -44,21 +99,33 @@ async def spawn_shell(
     stdout: Path,
     stderr: Path,
     env: Mapping[str, str],
-) -> asyncio.subprocess.Process:
-    """Start `/bin/sh -c command` as the leader of a new session."""
+    exit_file: Path | None = None,
+) -> ShellProcess:
+    """Start `command` under the exit-status wrapper as the leader of a new session."""
+    exit_path = exit_file if exit_file is not None else stdout.with_name(stdout.name + ".exit-status")
+    with contextlib.suppress(FileNotFoundError):
+        exit_path.unlink()  # a file left by an earlier run must not speak for this one
     with open(stdout, "wb") as out, open(stderr, "wb") as err:
-        return await asyncio.create_subprocess_exec(
-            "/bin/sh",
-            "-c",
-            command,
+        popen = subprocess.Popen(
+            ["/bin/sh", "-c", _WRAPPER, WRAPPER_NAME, command, str(exit_path)],
             cwd=cwd,
-            stdin=asyncio.subprocess.DEVNULL,
+            stdin=subprocess.DEVNULL,
             stdout=out,
             stderr=err,
             env=dict(env),
             start_new_session=True,
-            preexec_fn=_die_with_parent if _prctl is not None else None,
+            close_fds=True,
         )
+    return ShellProcess(popen)
+
+
+def read_exit_status(path: Path) -> int | None:
+    """The status the wrapper wrote, or None if it wrote none (or the file is not its)."""
+    try:
+        text = path.read_text().strip()
+    except OSError:
+        return None
+    return int(text) if text.isdigit() else None
 
 
 def signal_group(pgid: int, sig: int) -> bool:
@@ -72,8 +139,12 @@ def signal_group(pgid: int, sig: int) -> bool:
         return False
 
 
-async def stop_group(process: asyncio.subprocess.Process, grace_seconds: float) -> int | None:
-    """SIGTERM the group, SIGKILL it after `grace_seconds`, reap the leader, sweep stragglers."""
+async def stop_group(process: ShellProcess, grace_seconds: float) -> int | None:
+    """SIGTERM the group, SIGKILL it after `grace_seconds`, reap the leader, sweep stragglers.
+
+    A detached process (the substrate is stopping and keeps its workloads) is left alone."""
+    if process.detached:
+        return process.returncode
     pgid = process.pid
     if process.returncode is None:
         signal_group(pgid, signal.SIGTERM)
@@ -128,6 +199,60 @@ def kill_orphaned_group(pgid: int, leader_start_ticks: int | None) -> bool:
     if leader_ticks is None and not _group_members(pgid):
         return False
     return signal_group(pgid, signal.SIGKILL)
+
+
+def elapsed_seconds(ticks: int) -> float:
+    """How long ago a process with start time `ticks` started (for the rest of its time budget)."""
+    try:
+        uptime = float(Path("/proc/uptime").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 0.0
+    return max(0.0, uptime - ticks / os.sysconf("SC_CLK_TCK"))
+
+
+def is_running(pid: int, ticks: int | None) -> bool:
+    """The process `pid` that started at `ticks` still runs (not a zombie, not a recycled pid)."""
+    return ticks is not None and start_ticks(pid) == ticks
+
+
+async def wait_gone(pid: int, ticks: int | None) -> None:
+    """Wait until a process we are not the parent of (a re-adopted one) has ended."""
+    pidfd = None
+    with contextlib.suppress(OSError, AttributeError):
+        pidfd = os.pidfd_open(pid)
+    try:
+        if not is_running(pid, ticks):  # checked after opening: the pidfd names this very process
+            return
+        if pidfd is not None:
+            loop = asyncio.get_running_loop()
+            exited: asyncio.Future[None] = loop.create_future()
+            try:
+                loop.add_reader(pidfd, lambda: exited.done() or exited.set_result(None))
+            except (NotImplementedError, ValueError, OSError):
+                pass
+            else:
+                try:
+                    while is_running(pid, ticks):
+                        # The pidfd turns readable at exit; the timeout also catches a zombie.
+                        with contextlib.suppress(TimeoutError):
+                            await asyncio.wait_for(asyncio.shield(exited), 1.0)
+                    return
+                finally:
+                    loop.remove_reader(pidfd)
+        while is_running(pid, ticks):
+            await asyncio.sleep(_POLL_SECONDS * 4)
+    finally:
+        if pidfd is not None:
+            os.close(pidfd)
+
+
+async def stop_foreign_group(pgid: int, ticks: int | None, grace_seconds: float) -> None:
+    """`stop_group` for a re-adopted group: SIGTERM, SIGKILL after the grace, sweep stragglers."""
+    if is_running(pgid, ticks):
+        signal_group(pgid, signal.SIGTERM)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(wait_gone(pgid, ticks), grace_seconds)
+    kill_orphaned_group(pgid, ticks)
 
 
 def terminate(process: subprocess.Popen[Any], timeout: float) -> int:

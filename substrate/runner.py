@@ -17,10 +17,11 @@ any observer) together with the task's A2A state, in one transaction. stdout bec
 `result` artifact and stderr the `log` artifact (files under the task directory, sha256 of
 their content); a passing verifier adds a `verifier` artifact.
 
-Stopping: cancel kills the process group and records `cancelled`. Shutdown kills every
-group and records nothing: on the next start `recover()` finds those tasks still active
-with no process and records `unknown` (fail closed), as after a crash. Children never
-inherit the substrate's bearer tokens.
+Stopping: cancel kills the process group and records `cancelled`. Shutdown kills every group, or
+leaves them running when `keep_processes_on_stop` is set, and records nothing; processes also
+outlive a crash. On the next start `recover()` re-adopts the tasks whose processes still run and
+ends the others by their recorded exit status, or as `unknown` (fail closed) when there is none
+(`substrate/adoption.py`). Children never inherit the substrate's bearer tokens.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from activities.a2a import TERMINAL_TASK_STATES, Artifact, TextPart, task_state_
 from substrate.auth import TOKEN_ENV_VARS
 from activities.sandbox_api import RuntimeIdentity
 from substrate import procs
+from substrate.adoption import Readoption, exit_file
 from substrate.cron import CronSchedule
 from substrate.errors import SubstrateError
 from substrate.fleet import FleetService
@@ -62,6 +64,8 @@ class RunnerSettings:
     kill_grace_seconds: float = 2.0
     daemon_settle_seconds: float = 0.5
     artifact_text_limit: int = 256 * 1024
+    #: A clean stop leaves the processes running for the next start to re-adopt (`adoption.py`).
+    keep_processes_on_stop: bool = False
     #: Values that must never reach a child's environment (the bearer tokens).
     secrets: tuple[str, ...] = field(default=(), repr=False)
     #: Wall clock for cron schedules only; tests shift it to reach a tick quickly.
@@ -97,7 +101,7 @@ def _exit_error_code(returncode: int) -> str:
     return f"process.signal_{-returncode}" if returncode < 0 else f"process.exit_status_{returncode}"
 
 
-class Runner:
+class Runner(Readoption):
     def __init__(self, store: Store, fleet: FleetService, settings: RunnerSettings) -> None:
         self._store = store
         self._fleet = fleet
@@ -195,7 +199,7 @@ class Runner:
         timeout: float | None,
         *,
         name: str = "",
-        on_spawn: Callable[[asyncio.subprocess.Process], None] | None = None,
+        on_spawn: Callable[[procs.ShellProcess], None] | None = None,
     ) -> RunOutcome:
         task = job.task
         work = self._task_dir(task) / "work"
@@ -204,11 +208,12 @@ class Runner:
         stdout, stderr = out_dir / f"{name}stdout.txt", out_dir / f"{name}stderr.txt"
         try:
             process = await procs.spawn_shell(
-                command, cwd=work, stdout=stdout, stderr=stderr, env=self._environment(task)
-            )
+                command, cwd=work, stdout=stdout, stderr=stderr, env=self._environment(task),
+                exit_file=exit_file(out_dir, name),
+            )  # fmt: skip
         except OSError as error:
             return RunOutcome(None, False, stdout, stderr, spawn_error=f"cannot start /bin/sh: {error.strerror}")
-        self._store.update_task(task.task_id, pid=process.pid, pid_start_ticks=procs.start_ticks(process.pid))
+        self._record_process(task, process, out_dir, name)
         try:
             if on_spawn is not None:
                 on_spawn(process)
@@ -386,32 +391,17 @@ class Runner:
                      error_code="substrate.cancelled", text="cancelled on request")  # fmt: skip
 
     def recover(self) -> int:
-        """At startup: every task still active from a previous run is `unknown`. Returns how many."""
-        count = 0
-        for task in self._store.active_tasks():
-            orphaned = task.pid is not None and procs.kill_orphaned_group(task.pid, task.pid_start_ticks)
-            text = (
-                "the substrate restarted while this task ran; its orphaned processes were stopped "
-                "and its outcome is unknown"
-                if orphaned
-                else "the substrate restarted while this task ran; its process is gone and its outcome is unknown"
-            )
-            try:
-                record = self._fleet.find(task.child_id)
-                if record is None or record.status.observed_state in TERMINAL_OBSERVED_STATES | REVIEW_REQUIRED_STATES:
-                    self._store.update_task(task.task_id, state="unknown", status_text=text, updated_at=timestamp())
-                else:
-                    self._report(task, "unknown", health="unknown", exit_classification="unknown",
-                                 error_code="substrate.restarted", text=text)  # fmt: skip
-            except Exception:
-                log.exception("cannot recover task %s", task.task_id)
-                continue
-            count += 1
-        return count
+        """At startup: re-adopt the tasks whose processes still run, end the others (`adoption.py`).
+
+        Returns how many were not re-adopted (ended by their exit status, or `unknown`)."""
+        return self.readopt()
 
     async def shutdown(self) -> None:
-        """Kill every process group; record nothing (the next start records `unknown`)."""
+        """Kill every process group, or leave them running (`keep_processes_on_stop`); record nothing.
+
+        The next start re-adopts what still runs and ends the rest (`recover`)."""
         self._closing = True
+        self._detach_if_kept()
         jobs = list(self._jobs.values())
         for job in jobs:
             job.stop_reason = "shutdown"
