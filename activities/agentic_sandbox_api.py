@@ -2,9 +2,8 @@
 
 Owned by neither side of the wire: the client (`activities.sandbox_client`) reads the server
 through these models, and they are written from the server's source, not from our local
-substrate (which still has its own shapes in `activities.a2a` and `activities.sandbox_api`).
-Where the two disagree the server is right; the client accepts the substrate's older shapes
-only as a transition, and says so where it does.
+substrate (which has its own, separately written reading of the same source in
+`substrate/wire.py`). Where anything here and the server disagree, the server is right.
 
 Responses are read leniently: a field the server adds must not stop a mission, so unknown
 fields are ignored, and each (model, field) is logged once at WARNING so the drift is seen.
@@ -17,7 +16,9 @@ Sources (all at e901dc2):
   (200 with the bare record), `error` (`{"error": code, "message": text}`).
 - `management/agentic-sandbox-executor/src/handlers/mod.rs` `task_row_to_a2a` (the Task),
   `bindings/rest.rs` `error_response` (RFC 7807 problem documents), `extensions/mod.rs`
-  `enforce_required` (the runtime extension is required on every mutating route).
+  `enforce_required` (the runtime extension is required on every mutating route),
+  `handlers/artifacts.rs` `list` and `artifact_to_json` (a task's artifacts),
+  `management/src/agent_message_dispatch.rs` `spawn_observer` (output chunks as artifacts).
 """
 
 from __future__ import annotations
@@ -254,7 +255,45 @@ class Task(_A2AResponse):
         return None
 
     def status_text(self) -> str | None:
-        """The status message's text, if it has any."""
-        if self.status.message is None:
+        """What the status says in words: its message's text, else its `error`, else its `summary`
+        (agent_message_dispatch.rs writes `summary` and, for infrastructure failures, `error`)."""
+        if self.status.message is not None:
+            text = "\n".join(p.text or "" for p in self.status.message.parts if p.kind == "text")
+            if text:
+                return text
+        for value in (self.status.error, self.status.summary):
+            if isinstance(value, str) and value:
+                return value
+        return None
+
+
+class TaskArtifact(_Response):
+    """One row of `GET /agents/{id}/v1/tasks/{tid}/artifacts` (handlers/artifacts.rs
+    `artifact_to_json`); `artifact` is the stored JSON, for command output an `output_chunk`
+    `{kind, stream, data, command_id, seq, ...}` (agent_message_dispatch.rs `spawn_observer`)."""
+
+    artifact_id: str
+    task_id: str | None = None
+    created_at: str | None = None
+    artifact: dict[str, Any] = Field(default_factory=dict)
+
+
+class TaskArtifacts(_Response):
+    """`GET /agents/{id}/v1/tasks/{tid}/artifacts` (handlers/artifacts.rs `list`)."""
+
+    task_id: str | None = None
+    artifacts: list[TaskArtifact] = Field(default_factory=list)
+
+    def output(self, stream: str = "stdout") -> str | None:
+        """The text a command wrote to `stream`: its output chunks' `data` in `seq` order, or
+        None if it wrote nothing there."""
+        chunks = [
+            row.artifact
+            for row in self.artifacts
+            if row.artifact.get("kind") == "output_chunk" and row.artifact.get("stream") == stream
+            and isinstance(row.artifact.get("data"), str)
+        ]  # fmt: skip
+        if not chunks:
             return None
-        return "\n".join(p.text or "" for p in self.status.message.parts if p.kind == "text") or None
+        chunks.sort(key=lambda chunk: chunk.get("seq") if isinstance(chunk.get("seq"), int) else 0)
+        return "".join(chunk["data"] for chunk in chunks)

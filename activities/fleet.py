@@ -13,6 +13,17 @@ Error mapping (the `type` of every `ApplicationError` is the server's error code
 | `StaleRevision` from `observe_workload`                          | no error: `Observed(applied=False, record=<current>)` |
 | `TaskNotCancelable` from `cancel_task`                           | no error: the task as it ended          |
 
+Binding: the executor never touches a workload record (the real server's `messages:send` does
+not), so `dispatch_and_read` binds the task it got to the record with an observation (the
+runtime identity: task id, and a persistent agent's session), as the real server requires of its
+orchestrator. It is idempotent across retries: a retry sends the same `messageId` again, gets
+the same task back, and binds it unless the record already names it; a 409 stale revision is
+answered by reading the record again, and a binding that already landed is recognised there.
+
+Output: a task's text is what it wrote to stdout, read from the executor's artifacts route
+(`GET .../tasks/{tid}/artifacts`, the real server's only place for it) and cut to the caller's
+`max_output_chars`.
+
 Every message leaving here is scrubbed of the token values, whatever produced it.
 """
 
@@ -20,13 +31,14 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Mapping
+from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.a2a import Dispatch
-from activities.agentic_sandbox_api import RuntimeIdentity, Task
+from activities.agentic_sandbox_api import RuntimeIdentity, Task, TaskArtifacts
 from activities.credentials import (
     EXECUTOR_TOKEN_ENV,
     FLEET_TOKEN_ENV,
@@ -80,18 +92,24 @@ from workflows.workload.messages import (
     WatchWorkload,
     WorkloadRef,
 )
-from workflows.workload.record import finished, result_artifact_sha256
+from workflows.workload.record import finished, next_status, result_artifact_sha256
 
 R = TypeVar("R")
 
 MISSING_CREDENTIALS = "credentials.missing"
 TASK_REJECTED = "executor.task_rejected"
 FIRST_POLL_SECONDS = 0.05
+MAX_BIND_ATTEMPTS = 10
 
 
-def task_view(instance_id: str, task: Task, max_output_chars: int) -> TaskView:
-    """The workflow's view of an A2A task; the `result` artifact's text becomes `output`."""
-    output = task.artifact_text("result")
+def task_view(
+    instance_id: str, task: Task, max_output_chars: int, artifacts: TaskArtifacts | None = None
+) -> TaskView:
+    """The workflow's view of an A2A task: `output` is what it wrote to stdout (its artifacts),
+    else the text of a `result` artifact carried in the task itself."""
+    output = artifacts.output("stdout") if artifacts is not None else None
+    if output is None:
+        output = task.artifact_text("result")
     truncated = output is not None and len(output) > max_output_chars
     status_text = task.status_text()
     return TaskView(
@@ -118,6 +136,7 @@ class FleetActivities:
         *,
         http_timeout: float = 10.0,
         missing_credentials: str | None = None,
+        transport: Any = None,
     ) -> None:
         self._fleet_url = fleet_url.rstrip("/")
         self._executor_url = executor_url.rstrip("/")
@@ -128,8 +147,10 @@ class FleetActivities:
         if fleet_token is not None and executor_token is not None:
             fleet_secret, executor_secret = as_token(fleet_token), as_token(executor_token)
             self._secrets = (fleet_secret.reveal(), executor_secret.reveal())
-            self._fleet = FleetClient(self._fleet_url, fleet_secret, timeout=http_timeout)
-            self._executor = ExecutorClient(self._executor_url, executor_secret, timeout=http_timeout)
+            # `transport`: an httpx transport for tests that stand in for a server which cannot run here.
+            self._fleet = FleetClient(self._fleet_url, fleet_secret, timeout=http_timeout, transport=transport)
+            self._executor = ExecutorClient(self._executor_url, executor_secret, timeout=http_timeout,
+                                            transport=transport)  # fmt: skip
         elif self._missing is None:
             self._missing = f"the worker has no tokens for the substrate: set {FLEET_TOKEN_ENV} and {EXECUTOR_TOKEN_ENV}"
 
@@ -312,31 +333,57 @@ class FleetActivities:
 
     @activity.defn(name=DISPATCH_AND_READ)
     async def dispatch_and_read(self, request: DispatchAndRead) -> Dispatched:
-        """Dispatch, then read back what the workflow needs next, in one call: the record (which the
-        executor binds when it accepts a task) and, if a short task has already ended, its text.
+        """Dispatch, bind the task to the record, then read back what the workflow needs next, in
+        one call: the bound record and, if a short task has already ended, its text.
 
         With `wait_for_end_seconds`, the record is read again (backing off from FIRST_POLL_SECONDS)
         until the task ends or that time is up: a one-shot command that takes a moment then ends
         inside this call, instead of costing the workflow a watch activity and two more tasks.
         """
-        fleet, executor = self._clients()
+        fleet, _ = self._clients()
         task = await self.dispatch_task(request.dispatch)
         if task.state == "rejected":
             # Read back all the same: another dispatch may have bound the record meanwhile.
             return Dispatched(task=task, record=await self._call(GET_WORKLOAD, lambda: fleet.get(request.child_id)))
+        await self._call(OBSERVE_WORKLOAD, lambda: self._bind(request.child_id, task))
+        # Read it back: the read projects the task's state into the bound record.
+        record = await self._call(GET_WORKLOAD, lambda: fleet.get(request.child_id))
         loop = asyncio.get_running_loop()
         deadline = loop.time() + request.wait_for_end_seconds
         pause = FIRST_POLL_SECONDS
-        record = await self._call(GET_WORKLOAD, lambda: fleet.get(request.child_id))
         while not finished(record) and loop.time() + pause <= deadline:
             await asyncio.sleep(pause)
             pause *= 2
             record = await self._call(GET_WORKLOAD, lambda: fleet.get(request.child_id))
         if result_artifact_sha256(record) is None:
             return Dispatched(task=task, record=record)
-        instance = request.dispatch.instance_id
-        ended = await self._call(GET_TASK, lambda: executor.get_task(instance, task.task_id))
-        return Dispatched(task=task, record=record, output=task_view(instance, ended, request.max_output_chars))
+        ended = await self.get_task(
+            TaskRef(instance_id=request.dispatch.instance_id, task_id=task.task_id, max_output_chars=request.max_output_chars)
+        )
+        return Dispatched(task=task, record=record, output=ended)
+
+    async def _bind(self, child_id: str, task: TaskView) -> WorkloadRecord:
+        """Bind `task` (and a persistent agent's session) to the record with a compare-and-swap
+        observation, as the real server wants of its orchestrator; the record as it then is.
+
+        Nothing is written when the record already names this task (a retry whose binding landed),
+        names another one (the workflow decides about that), or has ended."""
+        fleet, _ = self._clients()
+        record = await fleet.get(child_id)
+        for _ in range(MAX_BIND_ATTEMPTS):
+            if record.lineage.task_id is not None or finished(record):
+                return record
+            binds_session = record.kind == "persistent-agent" and record.lineage.session_id is None
+            identity = RuntimeIdentity(task_id=task.task_id, session_id=task.context_id if binds_session else None)
+            state = record.status.observed_state
+            status = next_status(
+                record, datetime.now(UTC), observed_state="starting" if state in ("pending", "admitted") else state
+            )
+            try:
+                return await fleet.observe(child_id, record.status.revision, status, identity)
+            except (StaleRevision, IdentityImmutable):
+                record = await fleet.get(child_id)  # moved on meanwhile, perhaps by this very binding
+        return record
 
     @activity.defn(name=ADMIT_AND_DISPATCH)
     async def admit_and_dispatch(self, request: AdmitAndDispatch) -> AdmittedAndDispatched:
@@ -366,9 +413,20 @@ class FleetActivities:
 
     @activity.defn(name=GET_TASK)
     async def get_task(self, request: TaskRef) -> TaskView:
+        """The task and, unless no output is wanted, its stdout from the artifacts route."""
         _, executor = self._clients()
-        task = await self._call(GET_TASK, lambda: executor.get_task(request.instance_id, request.task_id))
-        return task_view(request.instance_id, task, request.max_output_chars)
+
+        async def read() -> tuple[Task, TaskArtifacts | None]:
+            task = await executor.get_task(request.instance_id, request.task_id)
+            if request.max_output_chars == 0:
+                return task, None
+            try:
+                return task, await executor.artifacts(request.instance_id, request.task_id)
+            except NotFound:  # an executor without the artifacts route: the task's own artifacts
+                return task, None
+
+        task, artifacts = await self._call(GET_TASK, read)
+        return task_view(request.instance_id, task, request.max_output_chars, artifacts)
 
     @activity.defn(name=CANCEL_TASK)
     async def cancel_task(self, request: TaskRef) -> TaskView:

@@ -6,11 +6,11 @@ executor plane with the executor token; tokens are passed in by the caller (see
 contract models (`workflows.contract`), the Agentic Sandbox wire models
 (`activities.agentic_sandbox_api`, written from the real server's source) and `Target`.
 
-The real server is the authority. Until the local substrate (`substrate/`) speaks its shapes
-too, the client also accepts the substrate's older ones where they differ: the instance list as
-`{"instances": [...]}` besides `{"items": [...]}`, an observation answered `{"workload": record}`
-besides the bare record, an empty inventory as 204 besides 200 with `records: []`, and errors as
-`{"error": code, "message": text}` besides RFC 7807 problem documents (`code`, `detail`).
+The real server is the authority, and the local substrate (`substrate/`) speaks its shapes
+too: the instance list as `{"items": [...]}`, an observation answered with the bare record, an
+empty inventory as 200 with `records: []`, management errors as `{"error": code, "message":
+text}` and executor errors as RFC 7807 problem documents (`code`, `detail`). A task's output is
+read from its artifacts route (`ExecutorClient.artifacts`).
 
 Failures are typed so the activity layer can decide about retries without parsing text:
 
@@ -55,10 +55,10 @@ from activities.agentic_sandbox_api import (
     ReconcileRequest,
     RuntimeIdentity,
     Task,
+    TaskArtifacts,
 )
 from activities.credentials import BearerToken, as_token
 from activities.sandbox_api import AdmitResponse
-from activities.sandbox_api import InstanceList as LocalInstanceList
 from workflows.contract import (
     InventorySnapshot,
     ReconciliationReport,
@@ -297,13 +297,11 @@ class FleetClient(_Client):
         return self._parse(WorkloadRecord, response)
 
     async def inventory(self) -> InventorySnapshot | None:
-        """The whole fleet, or None while it holds no workload (the contract needs >= 1 record).
-
-        The real server answers an empty fleet 200 with `records: []` (fleet.rs `inventory`);
-        the local substrate answers 204."""
+        """The whole fleet, or None while it holds no workload: the server answers an empty fleet
+        200 with `records: []` (fleet.rs `inventory`), which the contract's document cannot hold."""
         response = await self._request("GET", "/api/v2/fleet/workloads")
         if response.status_code == 204:
-            return None
+            return None  # no body at all: nothing to read either
         body = _json(response)
         if isinstance(body, dict) and body.get("records") == []:
             return None
@@ -321,10 +319,7 @@ class FleetClient(_Client):
         if runtime_identity is not None:
             body["runtime_identity"] = runtime_identity.model_dump(exclude_none=True)
         response = await self._request("POST", f"/api/v2/fleet/workloads/{_segment(child_id)}/observations", body=body)
-        answer = _json(response)
-        if isinstance(answer, dict) and set(answer) == {"workload"}:
-            answer = answer["workload"]  # the local substrate's envelope; the real server's is bare
-        return self._parse(WorkloadRecord, response, answer)
+        return self._parse(WorkloadRecord, response)  # the bare record (fleet.rs `observe`)
 
     async def reconcile(self, before_revision: int, child_ids: list[str]) -> ReconciliationReport:
         request = ReconcileRequest(before_revision=before_revision, child_ids=child_ids)
@@ -337,11 +332,7 @@ class FleetClient(_Client):
         `degraded_providers` (a runtime the server could not enumerate) are logged, not fatal:
         the instances it could list are still targets."""
         response = await self._request("GET", "/api/v2/admin/instances")
-        body = _json(response)
-        if isinstance(body, dict) and "instances" in body and "items" not in body:
-            local = self._parse(LocalInstanceList, response, body)  # the local substrate's shape
-            return [Target.model_validate(instance.model_dump()) for instance in local.instances]
-        listing = self._parse(InstancesList, response, body)
+        listing = self._parse(InstancesList, response)
         for degraded in listing.degraded_providers:
             log.warning("Agentic Sandbox could not list %s instances: %s %s", degraded.runtime, degraded.code,
                         degraded.detail)  # fmt: skip
@@ -374,6 +365,13 @@ class ExecutorClient(_Client):
     async def get_task(self, instance_id: str, task_id: str) -> Task:
         response = await self._request("GET", f"/agents/{_segment(instance_id)}/v1/tasks/{_segment(task_id)}")
         return self._parse(Task, response)
+
+    async def artifacts(self, instance_id: str, task_id: str) -> TaskArtifacts:
+        """A task's artifacts (handlers/artifacts.rs `list`): where a command's output is."""
+        response = await self._request(
+            "GET", f"/agents/{_segment(instance_id)}/v1/tasks/{_segment(task_id)}/artifacts"
+        )
+        return self._parse(TaskArtifacts, response)
 
     async def cancel_task(self, instance_id: str, task_id: str) -> Task:
         """Cancel; idempotent for a task already cancelled, `TaskNotCancelable` if it ended otherwise."""

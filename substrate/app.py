@@ -1,8 +1,13 @@
 """HTTP routes of the local substrate: the Agentic Sandbox wire contract, nothing more.
 
 Management plane (`/api/v2/...`) takes the fleet token, the executor plane (`/agents/...`)
-the executor token; each refuses the other's. Errors are `{"error": code, "message": text}`
-(401 `auth.unauthorized` for a missing or wrong token). The rules live in `fleet.py` and
+the executor token; each refuses the other's. Management-plane errors are `{"error": code,
+"message": text}` (fleet.rs `error`); executor-plane errors are RFC 7807 problem documents
+(`application/problem+json`, `{type, title, status, detail, code, ...}`, executor
+`bindings/rest.rs`), except bearer refusals, `{"error": ...}` on both planes as the real
+`operator_auth.rs` answers (401 `auth.unauthorized` for a missing or wrong token). Every POST
+under `/agents` needs the runtime extension (400 `extension.required_not_activated`), and the
+A2A routes are served under `/agents/{id}/v1/` and `/agents/{id}/`. The rules live in `fleet.py` and
 `executor.py`; this module only authenticates, decodes JSON and picks status codes.
 
 The front door: whatever a client sends is answered with a 4xx JSON error when it is at fault,
@@ -27,7 +32,6 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 
-from activities.a2a import EXTENSIONS_HEADER, requested_extensions
 from substrate.body import (
     ASGIApp,
     BodyLimit,
@@ -43,11 +47,12 @@ from substrate.body import (
 from substrate.auth import Role, require
 from substrate.config import SubstrateConfig
 from substrate.errors import SubstrateError
-from substrate.executor import SUPPORTED_EXTENSIONS, ExecutorService, local_instances
+from substrate.executor import ExecutorService, local_instances
 from substrate.fleet import FleetService
 from substrate.health import health_routes
 from substrate.runner import Runner
 from substrate.store import Store
+from substrate.wire import EXTENSIONS_HEADER, RUNTIME_EXTENSION, SUPPORTED_EXTENSIONS, activated, requested_extensions
 
 log = logging.getLogger(__name__)
 
@@ -108,18 +113,16 @@ def _fleet_routes(config: SubstrateConfig) -> APIRouter:
 
     @router.get("/fleet/workloads")
     async def inventory(request: Request) -> Response:
-        document = fleet(request).inventory()
-        # The contract's inventory has at least one record: an empty fleet has no document.
-        return Response(status_code=204) if document is None else _json(200, document)
+        return _json(200, fleet(request).inventory())  # an empty fleet: 200 with records: []
 
     @router.get("/fleet/workloads/{child_id}")
     async def get_workload(child_id: str, request: Request) -> Response:
-        return _json(200, fleet(request).get(child_id).to_wire())
+        return _json(200, fleet(request).get_wire(child_id))
 
     @router.post("/fleet/workloads/{child_id}/observations")
     async def observe(child_id: str, request: Request) -> Response:
-        record = fleet(request).observe(child_id, await _json_body(request, "fleet.invalid_observation"))
-        return _json(200, {"workload": record})
+        # The bare record, as fleet.rs `observe` answers (no envelope).
+        return _json(200, fleet(request).observe(child_id, await _json_body(request, "fleet.invalid_observation")))
 
     @router.post("/fleet/reconcile")
     async def reconcile(request: Request) -> Response:
@@ -127,38 +130,75 @@ def _fleet_routes(config: SubstrateConfig) -> APIRouter:
 
     @router.get("/admin/instances")
     async def instances(request: Request) -> Response:
-        return _json(200, {"instances": request.app.state.executor.instances()})
+        return _json(200, request.app.state.executor.instances())
 
     return router
 
 
-def _executor_routes(config: SubstrateConfig) -> APIRouter:
-    router = APIRouter(
-        prefix="/agents/{instance_id}/v1", dependencies=[Depends(require(config.token_table, None, "executor"))]
-    )
+def _extensions(request: Request) -> set[str]:
+    return requested_extensions(request.headers.getlist(EXTENSIONS_HEADER))
+
+
+def _require_runtime_extension(instance_id: str, request: Request) -> None:
+    """Every POST under /agents needs the runtime extension (executor `extensions/mod.rs`
+    `require_extensions_middleware`); the instance is resolved first, as its `InstanceLayer` does."""
+    request.app.state.executor.instance(instance_id)
+    if not activated(_extensions(request), RUNTIME_EXTENSION):
+        raise SubstrateError(
+            400,
+            "extension.required_not_activated",
+            f"Required extension {RUNTIME_EXTENSION} not in A2A-Extensions header",
+            title="Required extension not activated",
+        )
+
+
+def _executor_routes(config: SubstrateConfig, prefix: str) -> APIRouter:
+    """The A2A routes under `prefix`: the real executor serves each at `/agents/{id}/` and `/agents/{id}/v1/`."""
+    router = APIRouter(prefix=prefix, dependencies=[Depends(require(config.token_table, None, "executor"))])
+    mutating = [Depends(_require_runtime_extension)]
 
     def executor(request: Request) -> ExecutorService:
         return request.app.state.executor  # type: ignore[no-any-return]
 
-    @router.post("/messages:send")
+    @router.post("/messages:send", dependencies=mutating)
     async def send(instance_id: str, request: Request) -> Response:
-        requested = requested_extensions(
-            request.headers.getlist(EXTENSIONS_HEADER) + request.headers.getlist(f"X-{EXTENSIONS_HEADER}")
-        )
+        requested = _extensions(request)
         body = await _json_body(request, "executor.invalid_message")
-        created, task = await executor(request).send(instance_id, requested, body)
-        activated = ", ".join(uri for uri in SUPPORTED_EXTENSIONS if uri in requested)
-        return _json(202 if created else 200, task, headers={EXTENSIONS_HEADER: activated})
+        created, task = await executor(request).send(instance_id, body)
+        headers = {EXTENSIONS_HEADER: ", ".join(uri for uri in SUPPORTED_EXTENSIONS if activated(requested, uri))}
+        if created:
+            headers["Location"] = f"/agents/{instance_id}/v1/tasks/{task['id']}"
+        else:
+            headers["Idempotent-Replayed"] = "true"  # send_message.rs `build_replay_response`
+        return _json(202, task, headers=headers)
 
     @router.get("/tasks/{task_id}")
     async def get_task(instance_id: str, task_id: str, request: Request) -> Response:
         return _json(200, executor(request).get(instance_id, task_id))
 
-    @router.post("/tasks/{task_id}/cancel")
+    @router.get("/tasks/{task_id}/artifacts")
+    async def task_artifacts(instance_id: str, task_id: str, request: Request) -> Response:
+        return _json(200, executor(request).artifacts(instance_id, task_id))
+
+    @router.post("/tasks/{task_id}/cancel", dependencies=mutating)
     async def cancel_task(instance_id: str, task_id: str, request: Request) -> Response:
         return _json(200, await executor(request).cancel(instance_id, task_id))
 
     return router
+
+
+def _on_executor_plane(request: Request) -> str | None:
+    """The instance id of a request on the A2A plane (errors there are problem documents), else None."""
+    parts = request.url.path.split("/")
+    return parts[2] if len(parts) > 2 and parts[1] == "agents" else None
+
+
+def _error(request: Request, error: SubstrateError, headers: dict[str, str] | None = None) -> Response:
+    instance_id = _on_executor_plane(request)
+    if instance_id is None or error.code.startswith("auth.") or error.code.startswith("http.payload"):
+        return _json(error.status, error.body(), headers)
+    return JSONResponse(error.problem(instance_id), status_code=error.status, headers=headers,
+                        media_type="application/problem+json")  # fmt: skip
 
 
 def create_app(config: SubstrateConfig) -> FastAPI:
@@ -192,24 +232,25 @@ def create_app(config: SubstrateConfig) -> FastAPI:
     app.state.limits = BodyLimits(config.max_request_bytes, config.max_json_depth, config.max_number_length)
     app.include_router(health_routes())
     app.include_router(_fleet_routes(config))
-    app.include_router(_executor_routes(config))
+    app.include_router(_executor_routes(config, "/agents/{instance_id}/v1"))
+    app.include_router(_executor_routes(config, "/agents/{instance_id}"))
     app.add_middleware(BodyLimit, max_bytes=config.max_request_bytes)
     app.add_middleware(_Unexpected)  # added last: outermost
 
     @app.exception_handler(SubstrateError)
-    async def substrate_error(_: Request, error: SubstrateError) -> Response:
+    async def substrate_error(request: Request, error: SubstrateError) -> Response:
         headers = {"WWW-Authenticate": "Bearer"} if error.status == 401 else None
         if error.code == "http.payload_too_large":
             headers = {"Connection": "close"}  # the rest of the body is never read
-        return _json(error.status, error.body(), headers)
+        return _error(request, error, headers)
 
     @app.exception_handler(RequestValidationError)
-    async def request_error(_: Request, error: RequestValidationError) -> Response:
-        return _json(400, {"error": "http.invalid_request", "message": "the request does not fit this route"})
+    async def request_error(request: Request, error: RequestValidationError) -> Response:
+        return _error(request, SubstrateError(400, "http.invalid_request", "the request does not fit this route"))
 
     @app.exception_handler(StarletteHTTPException)
-    async def http_error(_: Request, error: StarletteHTTPException) -> Response:
+    async def http_error(request: Request, error: StarletteHTTPException) -> Response:
         code = {404: "http.not_found", 405: "http.method_not_allowed"}.get(error.status_code, "http.error")
-        return _json(error.status_code, {"error": code, "message": str(error.detail)})
+        return _error(request, SubstrateError(error.status_code, code, str(error.detail)))
 
     return app

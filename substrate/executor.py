@@ -1,21 +1,26 @@
-"""The executor data plane (A2A): accept dispatch messages, show tasks, cancel them.
+"""The executor data plane (A2A): accept dispatch messages, show tasks and their artifacts, cancel.
 
-The message format is documented in `activities.a2a`. What is refused, and how:
-- a malformed message, a missing runtime extension, credential material anywhere in the body
-  (keys that name a credential, strings that look like one: `workflows.credential_material`;
-  a command uses its secrets through `$NAME` from the environment), a command with a NUL: 400;
+Shapes and codes follow the real executor (agentic-sandbox e901dc2,
+`management/agentic-sandbox-executor/src/handlers/`; the substrate's reading of them is
+`substrate.wire`). What is refused, and how (RFC 7807 problem documents, rendered by `app.py`):
+- a body that is not a JSON object: 400 `executor.invalid_message`; one without a `message`
+  object, or one the message format does not fit: 400 `request.invalid_params` (send_message.rs);
+  credential material anywhere in the body (keys that name a
+  credential, strings that look like one: `workflows.credential_material`; a command uses its
+  secrets through `$NAME` from the environment), a command with a NUL, a missing or invalid
+  runtime-extension entry in `message.metadata`: 400 `executor.invalid_message` (the substrate's
+  own checks; the real executor has no such entry);
 - the same `messageId` with different content (or for another instance): 422
-  `executor.idempotency_collision`; with the same content: the existing task (200), never a
-  second process;
+  `idempotency.key_reused`; with the same content: the same task again (202,
+  `Idempotent-Replayed: true`), never a second process;
 - a message that contradicts its workload record (kind, target instance, isolation the
   instance does not offer, a timeout above the record's budget, a missing or invalid
-  schedule): 422, no task is created;
-- a record that cannot start a task any more (already bound to another task, in a terminal
-  or review state, desired state stopped/cancelled): an A2A task in state `rejected`, no
-  process, the record untouched.
-Otherwise the task is created (`submitted`), the record moves to `starting` with
-`lineage.task_id` bound (and `session_id` = contextId for a persistent agent), and the
-runner starts it.
+  schedule): 422 with an `executor.*` code, no task is created (the substrate's own checks);
+- a record that cannot start a task any more (bound to another task, in a terminal or review
+  state, desired state stopped/cancelled): an A2A task in state `rejected`, no process.
+Otherwise the task is created (`submitted`) and the runner starts it (`working`). The record is
+not touched: the orchestrator binds the task with an observation, and reads of the record then
+project the task into it (`substrate.projection`), as on the real server.
 """
 
 from __future__ import annotations
@@ -28,24 +33,21 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from activities.a2a import (
-    IDEMPOTENCY_EXTENSION,
-    RUNTIME_EXTENSION,
-    Artifact,
-    Message,
-    MessageSendParams,
-    RuntimeDispatch,
-    Task,
-    TaskStatus,
-    TextPart,
-    prompt_of,
-)
-from activities.sandbox_api import RuntimeIdentity
 from substrate.cron import CronSchedule
 from substrate.errors import SubstrateError, not_found
 from substrate.fleet import FleetService
 from substrate.runner import Runner, timestamp
 from substrate.store import Store, TaskRow
+from substrate.wire import (
+    RUNTIME_EXTENSION,
+    SUPPORTED_EXTENSIONS,
+    Message,
+    MessageSendParams,
+    RuntimeDispatch,
+    artifact_json,
+    runtime_metadata,
+    task_json,
+)
 from workflows.contract import (
     REVIEW_REQUIRED_STATES,
     TERMINAL_OBSERVED_STATES,
@@ -55,7 +57,10 @@ from workflows.contract import (
 from workflows.credential_material import find_credential_material
 
 ALL_KINDS: tuple[WorkloadKind, ...] = ("one-shot-command", "daemon", "persistent-agent", "scheduled-collector")
-SUPPORTED_EXTENSIONS = (RUNTIME_EXTENSION, IDEMPOTENCY_EXTENSION)
+__all__ = ["SUPPORTED_EXTENSIONS", "ExecutorService", "Instance", "local_instances"]
+# The real instance list's `runtime` for an isolation tier the substrate is configured to offer.
+_RUNTIME_FOR_ISOLATION = {"host": "host", "container": "docker", "vm": "qemu"}
+HOST = "substrate.local"
 
 
 @dataclass(frozen=True)
@@ -70,7 +75,11 @@ def local_instances(count: int) -> list[Instance]:
 
 
 def _invalid(message: str) -> SubstrateError:
-    return SubstrateError(400, "executor.invalid_message", message)
+    return SubstrateError(400, "executor.invalid_message", message, title="Invalid message")
+
+
+def _invalid_params(message: str) -> SubstrateError:
+    return SubstrateError(400, "request.invalid_params", message, title="Invalid params")
 
 
 def _issues(error: ValidationError) -> str:
@@ -91,61 +100,69 @@ class ExecutorService:
         self._runner = runner
         self._instances = {instance.id: instance for instance in instances}
         self._isolation_kinds = isolation_kinds
+        self._started_at = timestamp()
 
     # -- views -------------------------------------------------------------------------
 
-    def instances(self) -> list[dict[str, Any]]:
-        return [
+    def instances(self) -> dict[str, Any]:
+        """`GET /api/v2/admin/instances` as admin_v2.rs `InstancesList` answers: `{"items": [...]}`.
+
+        Each instance runs commands on this machine, so its `runtime` is "host" unless the
+        substrate is configured to stand in for other isolation tiers (tests of routing do), in
+        which case the first tier it offers is named as the real server would (docker, qemu)."""
+        runtime = _RUNTIME_FOR_ISOLATION.get(self._isolation_kinds[0], self._isolation_kinds[0])
+        items = [
             {
                 "id": instance.id,
-                "executor_id": instance.executor_id,
-                "runtime_id": instance.runtime_id,
-                "workload_kinds": list(ALL_KINDS),
-                "isolation_kinds": list(self._isolation_kinds),
-                "status": "ready",
-                "active_tasks": self._store.count_active_tasks(instance.id),
+                "name": instance.runtime_id,
+                "runtime": runtime,
+                "provider": "local-substrate",
+                "capabilities": [],
+                "state": "running",
+                "agent_card_url": f"/agents/{instance.id}/.well-known/agent-card.json",
+                "created_at": self._started_at,
             }
             for instance in self._instances.values()
         ]
+        return {"items": items}
 
-    def _instance(self, instance_id: str) -> Instance:
+    def instance(self, instance_id: str) -> Instance:
         instance = self._instances.get(instance_id)
         if instance is None:
-            known = ", ".join(self._instances)
-            raise SubstrateError(
-                404, "executor.instance_not_found", f"no executor instance {instance_id!r} (instances: {known})"
-            )
+            raise SubstrateError(404, "instance.not_found", f"Instance '{instance_id}' not registered",
+                                 title="Instance not found")  # fmt: skip
         return instance
 
     @staticmethod
-    def view(task: TaskRow) -> dict[str, Any]:
-        """The A2A Task for a stored task."""
-        message = None
-        if task.status_text:
-            message = Message(
-                message_id=f"{task.task_id}-status-{task.updated_at}",
-                role="agent",
-                parts=[TextPart(text=task.status_text)],
-                task_id=task.task_id,
-                context_id=task.context_id,
-            )
-        return Task(
-            id=task.task_id,
-            context_id=task.context_id,
-            status=TaskStatus(state=task.state, message=message, timestamp=task.updated_at),  # type: ignore[arg-type]
-            artifacts=[Artifact.model_validate(a) for a in task.artifacts] or None,
-            metadata={RUNTIME_EXTENSION: {"child_id": task.child_id, "instance_id": task.instance_id}},
-        ).wire()
+    def view(task: TaskRow, *, created: bool = False) -> dict[str, Any]:
+        """The A2A Task for a stored task (handlers/mod.rs `task_row_to_a2a`); a created task also
+        carries the runtime extension's `runtime.*` metadata (extensions/runtime.rs)."""
+        return task_json(
+            task_id=task.task_id,
+            state=task.state,
+            timestamp=task.updated_at,
+            context_id=task.context_id or None,
+            fail_kind=task.fail_kind,
+            terminal_at=task.terminal_at,
+            status_extra=task.status_extra,
+            metadata=runtime_metadata(task.instance_id, HOST) if created else None,
+        )
 
     def _task(self, instance_id: str, task_id: str) -> TaskRow:
-        self._instance(instance_id)
+        self.instance(instance_id)
         task = self._store.get_task(task_id)
         if task is None or task.instance_id != instance_id:
-            raise SubstrateError(404, "executor.task_not_found", f"no task {task_id!r} on instance {instance_id!r}")
+            raise SubstrateError(404, "task.not_found", f"Task '{task_id}' not found", title="Task not found")
         return task
 
     def get(self, instance_id: str, task_id: str) -> dict[str, Any]:
         return self.view(self._task(instance_id, task_id))
+
+    def artifacts(self, instance_id: str, task_id: str) -> dict[str, Any]:
+        """handlers/artifacts.rs `list`: `{"task_id", "artifacts": [{artifact_id, task_id, created_at, artifact}]}`."""
+        task = self._task(instance_id, task_id)
+        rows = [artifact_json(row["artifact_id"], task_id, row["created_at"], row["artifact"]) for row in task.artifacts]
+        return {"task_id": task_id, "artifacts": rows}
 
     async def cancel(self, instance_id: str, task_id: str) -> dict[str, Any]:
         self._task(instance_id, task_id)
@@ -162,10 +179,14 @@ class ExecutorService:
                 + ", ".join(f"{finding.path} ({finding.what})" for finding in findings)
                 + "; pass secrets through the executor's environment and refer to them as $NAME"
             )
+        if not isinstance(body, dict):
+            raise _invalid("the request body must be a JSON object (an A2A MessageSendParams)")
+        if not isinstance(body.get("message"), dict):
+            raise _invalid_params("Request body must be a JSON object with a `message` object")
         try:
             params = MessageSendParams.model_validate(body)
         except ValidationError as error:
-            raise _invalid(f"not an A2A MessageSendParams: {_issues(error)}") from None
+            raise _invalid_params(f"not an A2A message: {_issues(error)}") from None
         raw = (params.message.metadata or {}).get(RUNTIME_EXTENSION)
         if raw is None:
             raise _invalid(f"message.metadata must carry the runtime extension's data under {RUNTIME_EXTENSION!r}")
@@ -173,7 +194,7 @@ class ExecutorService:
             runtime = RuntimeDispatch.model_validate(raw)
         except ValidationError as error:
             raise _invalid(f"invalid runtime extension data: {_issues(error)}") from None
-        prompt = prompt_of(params.message)
+        prompt = params.message.prompt()
         if not prompt.strip():
             raise _invalid("the message needs a non-empty text part: the command to run")
         for name, command in (("the command", prompt), ("the verifier", runtime.verifier or "")):
@@ -181,19 +202,13 @@ class ExecutorService:
                 raise _invalid(f"{name} contains a NUL character, which no command line can carry")
         return params, runtime, prompt
 
-    async def send(self, instance_id: str, extensions: set[str], body: object) -> tuple[bool, dict[str, Any]]:
-        """Returns (created, A2A task)."""
-        instance = self._instance(instance_id)
-        if RUNTIME_EXTENSION not in extensions:
-            raise SubstrateError(
-                400,
-                "executor.extension_required",
-                f"activate the runtime extension: send the header A2A-Extensions: {RUNTIME_EXTENSION}",
-            )
+    async def send(self, instance_id: str, body: object) -> tuple[bool, dict[str, Any]]:
+        """Returns (created, A2A task). The HTTP layer has checked the runtime extension."""
+        instance = self.instance(instance_id)
         params, runtime, prompt = self._parse(body)
         message = params.message
         fingerprint = hashlib.sha256(
-            json.dumps([instance_id, message.wire()], sort_keys=True, separators=(",", ":")).encode()
+            json.dumps([instance_id, body], sort_keys=True, separators=(",", ":")).encode()
         ).hexdigest()
         with self._store.transaction():
             existing = self._store.task_by_message_id(message.message_id)
@@ -201,17 +216,18 @@ class ExecutorService:
                 if existing.message_sha256 != fingerprint:
                     raise SubstrateError(
                         422,
-                        "executor.idempotency_collision",
+                        "idempotency.key_reused",
                         f"messageId {message.message_id!r} was already used for a different message "
                         f"(task {existing.task_id!r}); use a new messageId for a new dispatch",
+                        title="Idempotency key reused with different payload",
                     )
-                return False, self.view(existing)
+                return False, self.view(existing, created=True)
             task = self._admit_task(instance, message, runtime, prompt, fingerprint)
         if task.state == "submitted":
             await self._runner.start(task)
         stored = self._store.get_task(task.task_id)
         assert stored is not None
-        return True, self.view(stored)
+        return True, self.view(stored, created=True)
 
     def _admit_task(
         self, instance: Instance, message: Message, runtime: RuntimeDispatch, prompt: str, fingerprint: str
@@ -258,7 +274,7 @@ class ExecutorService:
                 raise SubstrateError(422, "executor.invalid_schedule", f"schedule {shown!r}: {error}") from None
 
         task_id = f"task-{uuid.uuid4().hex}"
-        context_id = message.context_id or f"ctx-{uuid.uuid4().hex}"
+        context_id = message.context_id  # kept only when the message carried one (send_message.rs)
         state = record.status.observed_state
         refusal = None
         if record.lineage.task_id is not None:
@@ -273,7 +289,7 @@ class ExecutorService:
             message_sha256=fingerprint,
             instance_id=instance.id,
             child_id=runtime.child_id,
-            context_id=context_id,
+            context_id=context_id or "",
             kind=record.kind,
             state="rejected" if refusal else "submitted",
             status_text=refusal,
@@ -285,14 +301,8 @@ class ExecutorService:
                 "verifier": runtime.verifier,
             },
             artifacts=[],
+            terminal_at=timestamp() if refusal else None,
+            status_extra={"task_id": task_id, **({"error": refusal} if refusal else {})},
         )
         self._store.insert_task(task)
-        if refusal is None:
-            binds_session = record.kind == "persistent-agent" and record.lineage.session_id is None
-            identity = RuntimeIdentity(task_id=task_id, session_id=context_id if binds_session else None)
-            self._fleet.record(
-                runtime.child_id,
-                lambda current: {"observed_state": "starting", **({"health": "unknown"} if current.kind == "daemon" else {})},
-                identity,
-            )
         return task

@@ -1,8 +1,12 @@
 """The management plane's rules: admission, revisioned observations, inventory, reconciliation.
 
-HTTP-free so the same rules serve the API and the substrate's own runner, which reports
-what its processes do through `record()`, the very compare-and-swap path external observers
-use. Every document leaving here went through `to_wire`, i.e. it is schema-valid.
+As on the real server (agentic-sandbox e901dc2, `management/src/http/fleet.rs`), the runtime
+never writes a record: the orchestrator binds a task with an observation (`apply`, which
+answers the bare record), and every read (`get`, `inventory`) projects the bound task's state
+into the record as one more revision when it changed (`substrate.projection`, fleet.rs
+`refresh_from_task_store`). Every document leaving here went through `to_wire`, i.e. it is
+schema-valid; an empty fleet's inventory is the one exception (200 with `records: []`, as
+fleet.rs `inventory` answers, although the contract's schema wants at least one record).
 
 Nothing is stored that carries credential material (keys that name a credential or strings that
 look like one, `workflows.credential_material`: 400) or that is larger than `max_record_bytes`
@@ -16,13 +20,15 @@ import hashlib
 import json
 from collections.abc import Callable
 from datetime import UTC, datetime
+import logging
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from activities.sandbox_api import ObservationRequest, ReconcileRequest, RuntimeIdentity
 from substrate.errors import SubstrateError, not_found
+from substrate.projection import project
 from substrate.store import Store, StoredWorkload
+from substrate.wire import ObservationRequest, ReconcileRequest, RuntimeIdentity
 from workflows.contract import (
     API_VERSION,
     TERMINAL_FAILURE_STATES,
@@ -39,6 +45,7 @@ from workflows.credential_material import find_credential_material
 _IDENTITY_FIELDS = ("task_id", "session_id", "command_id")
 DEFAULT_MAX_RECORD_BYTES = 256 * 1024
 M = TypeVar("M", bound=BaseModel)
+log = logging.getLogger(__name__)
 
 
 def now() -> datetime:
@@ -120,7 +127,40 @@ class FleetService:
         stored = self._store.get_workload(child_id)
         if stored is None:
             raise not_found(child_id)
-        return self._load(stored)
+        return self._load(self._refresh(stored))
+
+    def get_wire(self, child_id: str) -> dict[str, Any]:
+        """The record as `GET /api/v2/fleet/workloads/{child_id}` answers it (projected first)."""
+        stored = self._store.get_workload(child_id)
+        if stored is None:
+            raise not_found(child_id)
+        return self._refresh(stored).record
+
+    def _refresh(self, stored: StoredWorkload) -> StoredWorkload:
+        """Project the bound task into the record, written as a new revision if it changed.
+
+        A projection the contract refuses (it should not happen) is logged and skipped: the
+        stored record is still the truth, as fleet.rs keeps `current` when the write fails."""
+        task_id = stored.record.get("lineage", {}).get("task_id")
+        if not task_id:
+            return stored
+        with self._store.transaction():
+            current = self._store.get_workload(stored.child_id)
+            task = self._store.get_task(task_id)
+            if current is None or task is None:
+                return current or stored
+            projected = project(current.record, task)
+            if projected is None:
+                return current
+            try:
+                wire = to_wire(WorkloadRecord.model_validate(projected))
+                self._check_size(wire)
+            except (ValidationError, ContractError, SubstrateError) as error:
+                log.warning("substrate: cannot project task %s into %s: %s", task_id, current.child_id, error)
+                return current
+            revision = wire["status"]["revision"]
+            self._store.replace_record(current.child_id, revision, wire)
+            return StoredWorkload(current.child_id, current.idempotency_key, current.identity_sha256, revision, wire)
 
     def find(self, child_id: str) -> WorkloadRecord | None:
         stored = self._store.get_workload(child_id)
@@ -129,11 +169,17 @@ class FleetService:
     def _inventory_revision(self, stored: list[StoredWorkload]) -> int:
         return len(stored) + sum(w.revision for w in stored)
 
-    def inventory(self) -> dict[str, Any] | None:
-        """The inventory document, or None for an empty fleet (the contract needs >= 1 record)."""
-        stored = self._store.list_workloads()
+    def inventory(self) -> dict[str, Any]:
+        """The inventory document, every record projected first; an empty fleet has `records: []`."""
+        stored = [self._refresh(w) for w in self._store.list_workloads()]
         if not stored:
-            return None
+            return {
+                "document_type": "inventory",
+                "api_version": API_VERSION,
+                "inventory_revision": 0,
+                "generated_at": self._clock().isoformat().replace("+00:00", "Z"),
+                "records": [],
+            }
         document = {
             "document_type": "inventory",
             "api_version": API_VERSION,
@@ -197,9 +243,15 @@ class FleetService:
     # -- observations ------------------------------------------------------------------
 
     def observe(self, child_id: str, body: object) -> dict[str, Any]:
-        """An external observation (HTTP); validated, then the same path as the runner's."""
+        """An orchestrator's observation (fleet.rs `observe`): validated, then compare-and-swap; the bare record."""
         _reject_credentials(body, "fleet.invalid_observation")
         request = _parse_envelope(ObservationRequest, body, "fleet.invalid_observation")
+        identity = request.runtime_identity
+        if identity is not None and not any(getattr(identity, name) for name in _IDENTITY_FIELDS):
+            # fleet.rs `apply_runtime_identity`: an identity update must bind something.
+            raise SubstrateError(
+                400, "fleet.invalid_runtime_identity", "runtime_identity must assign at least one identity"
+            )
         return self.apply(child_id, request.expected_revision, request.status, request.runtime_identity)
 
     def apply(
@@ -253,30 +305,6 @@ class FleetService:
             self._check_size(wire)
             self._store.replace_record(child_id, status.revision, wire)
         return wire
-
-    def record(
-        self,
-        child_id: str,
-        build: Callable[[WorkloadRecord], dict[str, Any]],
-        identity: RuntimeIdentity | None = None,
-    ) -> dict[str, Any]:
-        """The substrate's own observation: `build(current)` gives the status fields to set.
-
-        Revision and `last_seen` are filled in here; the write goes through `apply`, so it obeys
-        the same revision and identity rules as any observer.
-        """
-        with self._store.transaction():
-            current = self.get(child_id)
-            fields = build(current)
-            status = WorkloadStatus.model_validate(
-                {
-                    "artifacts": [],
-                    **fields,
-                    "revision": current.status.revision + 1,
-                    "last_seen": self._clock(),
-                }
-            )
-            return self.apply(child_id, current.status.revision, status, identity)
 
     # -- reconciliation ----------------------------------------------------------------
 

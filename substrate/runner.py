@@ -1,23 +1,27 @@
-"""Runs dispatched tasks as local processes and reports them into their workload records.
+"""Runs dispatched tasks as local processes and keeps their A2A task state and artifacts.
 
-Per kind (the prompt is always `/bin/sh -c PROMPT`, cwd `<data>/tasks/<task>/work`):
-- one-shot-command: `running`, then `succeeded` (exit 0, and the verifier passed if one was
-  given), `failed` (non-zero exit or failed verifier) or `timed-out` (budget exceeded; the
-  process group is killed);
-- daemon: `starting` (health unknown), `healthy` (health healthy) once it has stayed up for
-  the settle time, `failed` (health unhealthy) when it exits. No time budget: it runs until
-  cancelled;
-- persistent-agent: `running` while alive; on exit `succeeded`/`failed` by exit status;
-- scheduled-collector: `scheduled` between runs; each cron tick runs the prompt under the
-  time budget (`running`), then back to `scheduled` with that run's artifacts. A failed or
-  timed-out run ends the collector (`failed`/`timed-out`): fail closed, no silent retries.
+As on the real server, the runtime writes only its tasks, never a workload record: the fleet
+plane projects a bound task into its record on every read (`substrate.projection`). Per kind
+(the prompt is always `/bin/sh -c PROMPT`, cwd `<data>/tasks/<task>/work`), the task goes
+`submitted`, then `working` once its process runs, then:
+- one-shot-command and scheduled-collector: `completed` (exit 0, and the verifier passed if one
+  was given) or `failed` (non-zero exit, failed verifier, or the time budget exceeded: the
+  process group is killed). A collector's task is one collection run, started at dispatch, as a
+  real executor runs what it is sent; its record then rests `scheduled`;
+- daemon: no time budget, `working` until cancelled; an exit is `completed` (status 0) or
+  `failed`, which the record shows as needing review or failed;
+- persistent-agent: `working` while alive; on exit `completed` / `failed` by exit status.
+A failure has `fail_kind` "application" (the command's own doing) or "infrastructure" (it could
+not start); the status says why (`summary`, `error`, `exit_code`), as the real
+`agent_message_dispatch.rs` observer writes it.
 
-Every report is a new revision written through `FleetService.record` (the same CAS path as
-any observer) together with the task's A2A state, in one transaction. stdout becomes the
-`result` artifact and stderr the `log` artifact (files under the task directory, sha256 of
-their content); a passing verifier adds a `verifier` artifact.
+Output: stdout and stderr become task artifacts of the real executor's shape, one
+`output_chunk` per stream with text (`{kind, stream, data, command_id, seq, task_id}`, at most
+`artifact_text_limit` bytes of text each, `truncated` when cut), served by
+`GET /agents/{id}/v1/tasks/{tid}/artifacts`; a passing verifier's stdout is one more, stream
+`verifier` (the substrate's own addition; the record shows every artifact as a `log`).
 
-Stopping: cancel kills the process group and records `cancelled`. Shutdown kills every group, or
+Stopping: cancel kills the process group and records `canceled`. Shutdown kills every group, or
 leaves them running when `keep_processes_on_stop` is set, and records nothing; processes also
 outlive a crash. On the next start `recover()` re-adopts the tasks whose processes still run and
 ends the others by their recorded exit status, or as `unknown` (fail closed) when there is none
@@ -36,16 +40,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from activities.a2a import TERMINAL_TASK_STATES, Artifact, TextPart, task_state_for
 from substrate.auth import TOKEN_ENV_VARS
-from activities.sandbox_api import RuntimeIdentity
 from substrate import procs
 from substrate.adoption import Readoption, exit_file
-from substrate.cron import CronSchedule
 from substrate.errors import SubstrateError
 from substrate.fleet import FleetService
 from substrate.store import Store, TaskRow
-from workflows.contract import REVIEW_REQUIRED_STATES, TERMINAL_OBSERVED_STATES, WorkloadRecord
+from substrate.wire import TERMINAL_TASK_STATES
 
 log = logging.getLogger(__name__)
 
@@ -62,13 +63,15 @@ def timestamp() -> str:
 class RunnerSettings:
     data_dir: Path
     kill_grace_seconds: float = 2.0
+    #: Unused since a daemon's task is `working` (its record `healthy`) as soon as it runs, as on
+    #: the real server; kept so existing configurations still load.
     daemon_settle_seconds: float = 0.5
     artifact_text_limit: int = 256 * 1024
     #: A clean stop leaves the processes running for the next start to re-adopt (`adoption.py`).
     keep_processes_on_stop: bool = False
     #: Values that must never reach a child's environment (the bearer tokens).
     secrets: tuple[str, ...] = field(default=(), repr=False)
-    #: Wall clock for cron schedules only; tests shift it to reach a tick quickly.
+    #: Unused since a collector's task is one run started at dispatch; kept so configurations load.
     clock: Callable[[], datetime] = _utc_now
 
 
@@ -97,8 +100,14 @@ def _sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def _exit_error_code(returncode: int) -> str:
-    return f"process.signal_{-returncode}" if returncode < 0 else f"process.exit_status_{returncode}"
+def command_id(task: TaskRow) -> str:
+    """The one command a task runs (the real executor names each dispatched command)."""
+    return f"cmd-{task.task_id.removeprefix('task-')}"
+
+
+def _not_cancelable(task_id: str, state: str) -> SubstrateError:
+    return SubstrateError(409, "task.not_cancelable", f"Task '{task_id}' is in terminal state '{state}'",
+                          title="Task not cancelable")  # fmt: skip
 
 
 class Runner(Readoption):
@@ -109,75 +118,65 @@ class Runner(Readoption):
         self._jobs: dict[str, _Job] = {}
         self._closing = False
 
-    # -- reporting ---------------------------------------------------------------------
+    # -- task state --------------------------------------------------------------------
 
-    def _report(
+    def _set(
         self,
         task: TaskRow,
-        observed_state: str,
+        state: str,
         *,
-        health: str | None = None,
-        exit_classification: str | None = None,
-        error_code: str | None = None,
-        artifacts: list[dict[str, str]] | None = None,
-        a2a_artifacts: list[dict[str, Any]] | None = None,
-        text: str | None = None,
-        identity: RuntimeIdentity | None = None,
-        task_state: str | None = None,
+        fail_kind: str | None = None,
+        summary: str | None = None,
+        error: str | None = None,
+        exit_code: int | None = None,
+        artifacts: list[dict[str, Any]] | None = None,
     ) -> None:
-        """One new revision of the record and the matching task state, atomically."""
-
-        def build(current: WorkloadRecord) -> dict[str, Any]:
-            fields: dict[str, Any] = {
-                "observed_state": observed_state,
-                "artifacts": artifacts
-                if artifacts is not None
-                else [a.model_dump(mode="json") for a in current.status.artifacts],
-            }
-            if current.kind == "daemon":  # the contract requires health for daemons only
-                fields["health"] = health or "unknown"
-            if exit_classification is not None:
-                fields["exit_classification"] = exit_classification
-            if error_code is not None:
-                fields["error_code"] = error_code
-            return fields
-
+        """The task's new A2A state and status fields (and its artifacts, when given)."""
+        now = timestamp()
+        extra: dict[str, Any] = {"task_id": task.task_id}
+        if summary is not None:
+            extra["summary"] = summary
+        if error is not None:
+            extra["error"] = error
+        if exit_code is not None:
+            extra["exit_code"] = exit_code
         updates: dict[str, Any] = {
-            "state": task_state or task_state_for(observed_state),
-            "status_text": text,
-            "updated_at": timestamp(),
+            "state": state,
+            "status_text": error or summary,
+            "updated_at": now,
+            "fail_kind": fail_kind,
+            "terminal_at": now if state in TERMINAL_TASK_STATES else None,
+            "status_extra": extra,
         }
-        if a2a_artifacts is not None:
-            updates["artifacts"] = a2a_artifacts
-        with self._store.transaction():
-            self._fleet.record(task.child_id, build, identity)
-            self._store.update_task(task.task_id, **updates)
+        if artifacts is not None:
+            updates["artifacts"] = artifacts
+        self._store.update_task(task.task_id, **updates)
 
-    def _artifacts(self, outputs: list[tuple[str, Path]]) -> tuple[list[dict[str, str]], list[dict[str, Any]]]:
-        """(fleet artifacts, A2A artifacts) for (kind, file) pairs that exist."""
-        fleet: list[dict[str, str]] = []
-        a2a: list[dict[str, Any]] = []
+    def _artifacts(self, task: TaskRow, outputs: list[tuple[str, Path]]) -> list[dict[str, Any]]:
+        """Artifact rows for the (stream, file) pairs with any text, after the task's earlier ones."""
+        rows = list(self._store.get_task(task.task_id).artifacts)  # type: ignore[union-attr]
         limit = self._settings.artifact_text_limit
-        for kind, path in outputs:
+        for stream, path in outputs:
             if not path.exists():
                 continue
-            digest = _sha256(path)
-            uri = path.resolve().as_uri()
-            fleet.append({"kind": kind, "uri": uri, "sha256": digest})
             with open(path, "rb") as handle:
                 data = handle.read(limit + 1)
-            metadata: dict[str, Any] = {"kind": kind, "uri": uri, "sha256": digest}
+            if not data:
+                continue  # as the real observer, which skips empty chunks
+            seq = len(rows) + 1
+            artifact: dict[str, Any] = {
+                "kind": "output_chunk",
+                "stream": stream,
+                "data": data[:limit].decode("utf-8", errors="replace"),
+                "command_id": command_id(task),
+                "seq": seq,
+                "task_id": task.task_id,
+            }
             if len(data) > limit:
-                metadata["truncated"] = True
-            a2a.append(
-                Artifact(
-                    artifact_id=f"{kind}-{digest[:16]}",
-                    name=kind,
-                    parts=[TextPart(text=data[:limit].decode("utf-8", errors="replace"))],
-                    metadata=metadata,
-                ).wire()
-            )
-        return fleet, a2a
+                artifact["truncated"] = True
+            rows.append({"artifact_id": f"{task.task_id}-{stream}-{seq:04d}", "created_at": timestamp(),
+                         "artifact": artifact})  # fmt: skip
+        return rows
 
     # -- processes ---------------------------------------------------------------------
 
@@ -227,14 +226,12 @@ class Runner(Readoption):
             # Cancelled, timed out or finished: nothing of the group outlives this run.
             await asyncio.shield(procs.stop_group(process, self._settings.kill_grace_seconds))
 
-    async def _run_and_verify(
-        self, job: _Job, run_dir: Path, *, running_state: str = "running"
-    ) -> tuple[RunOutcome, RunOutcome | None]:
+    async def _run_and_verify(self, job: _Job, run_dir: Path) -> tuple[RunOutcome, RunOutcome | None]:
         request = job.task.request
         timeout = request["timeout_seconds"]
 
         def report_running(_: asyncio.subprocess.Process) -> None:
-            self._report(job.task, running_state)
+            self._set(job.task, "working")
             job.started.set()
 
         outcome = await self._run(job, request["prompt"], run_dir, timeout, on_spawn=report_running)
@@ -243,105 +240,56 @@ class Runner(Readoption):
             verification = await self._run(job, request["verifier"], run_dir, timeout, name="verifier-")
         return outcome, verification
 
-    def _finish_run(self, job: _Job, outcome: RunOutcome, verification: RunOutcome | None, *, success_state: str) -> bool:
-        """Report the end of one run; True if it succeeded."""
-        outputs = [("result", outcome.stdout), ("log", outcome.stderr)]
+    def _finish_run(self, job: _Job, outcome: RunOutcome, verification: RunOutcome | None) -> bool:
+        """Record the end of one run; True if it succeeded."""
+        task = job.task
+        outputs = [("stdout", outcome.stdout), ("stderr", outcome.stderr)]
         if verification is not None and verification.returncode == 0 and not verification.timed_out:
             outputs.append(("verifier", verification.stdout))
-        artifacts, a2a = self._artifacts(outputs)
+        artifacts = self._artifacts(task, outputs)
+        command = command_id(task)
         if outcome.spawn_error:
-            self._report(job.task, "failed", health="unhealthy", exit_classification="failure",
-                         error_code="substrate.spawn_failed", artifacts=artifacts, a2a_artifacts=a2a,
-                         text=outcome.spawn_error)  # fmt: skip
+            self._set(task, "failed", fail_kind="infrastructure", error=outcome.spawn_error, artifacts=artifacts)
             return False
         if outcome.timed_out:
-            self._report(job.task, "timed-out", health="unhealthy", exit_classification="timeout",
-                         error_code="substrate.timeout", artifacts=artifacts, a2a_artifacts=a2a,
-                         text=f"killed after the {job.task.request['timeout_seconds']} s time budget")  # fmt: skip
+            self._set(task, "failed", fail_kind="application", artifacts=artifacts, exit_code=outcome.returncode,
+                      error=f"command {command} killed after the {task.request['timeout_seconds']} s time budget")  # fmt: skip
             return False
         assert outcome.returncode is not None
         if outcome.returncode != 0:
-            self._report(job.task, "failed", health="unhealthy", exit_classification="failure",
-                         error_code=_exit_error_code(outcome.returncode), artifacts=artifacts, a2a_artifacts=a2a,
-                         text=f"the command exited with status {outcome.returncode}")  # fmt: skip
+            self._set(task, "failed", fail_kind="application", exit_code=outcome.returncode, artifacts=artifacts,
+                      summary=f"command {command} exited {outcome.returncode}")  # fmt: skip
             return False
         if verification is not None and (verification.returncode != 0 or verification.timed_out):
             detail = "timed out" if verification.timed_out else f"exited with status {verification.returncode}"
-            self._report(job.task, "failed", health="unhealthy", exit_classification="failure",
-                         error_code="substrate.verifier_failed", artifacts=artifacts, a2a_artifacts=a2a,
-                         text=f"the command succeeded but its verifier {detail}")  # fmt: skip
+            self._set(task, "failed", fail_kind="application", exit_code=0, artifacts=artifacts,
+                      error=f"command {command} succeeded but its verifier {detail}")  # fmt: skip
             return False
-        self._report(job.task, success_state, exit_classification="success", artifacts=artifacts,
-                     a2a_artifacts=a2a, text=None)  # fmt: skip
+        self._set(task, "completed", exit_code=0, artifacts=artifacts, summary=f"command {command} exited 0")
         return True
 
     # -- per kind ----------------------------------------------------------------------
 
     async def _one_shot(self, job: _Job) -> None:
         outcome, verification = await self._run_and_verify(job, self._task_dir(job.task))
-        self._finish_run(job, outcome, verification, success_state="succeeded")
+        self._finish_run(job, outcome, verification)
 
-    async def _persistent_agent(self, job: _Job) -> None:
+    async def _long_lived(self, job: _Job) -> None:
+        """A daemon or persistent agent: no time budget, runs until it exits or is cancelled."""
+
         def report_running(_: asyncio.subprocess.Process) -> None:
-            self._report(job.task, "running")
+            self._set(job.task, "working")
             job.started.set()
 
         outcome = await self._run(job, job.task.request["prompt"], self._task_dir(job.task), None,
                                   on_spawn=report_running)  # fmt: skip
-        self._finish_run(job, outcome, None, success_state="succeeded")
-
-    async def _daemon(self, job: _Job) -> None:
-        settle = self._settings.daemon_settle_seconds
-
-        async def watch_settle(process: asyncio.subprocess.Process) -> None:
-            try:
-                await asyncio.wait_for(asyncio.shield(process.wait()), settle)
-            except TimeoutError:
-                self._report(job.task, "healthy", health="healthy")
-
-        watchers: list[asyncio.Task[None]] = []
-
-        def on_spawn(process: asyncio.subprocess.Process) -> None:
-            watchers.append(asyncio.ensure_future(watch_settle(process)))
-            job.started.set()
-
-        try:
-            outcome = await self._run(job, job.task.request["prompt"], self._task_dir(job.task), None,
-                                      on_spawn=on_spawn)  # fmt: skip
-        finally:
-            for watcher in watchers:
-                watcher.cancel()
-            await asyncio.gather(*watchers, return_exceptions=True)
-        artifacts, a2a = self._artifacts([("result", outcome.stdout), ("log", outcome.stderr)])
-        if outcome.spawn_error:
-            code, text = "substrate.spawn_failed", outcome.spawn_error
-        else:
-            code, text = "substrate.daemon_exited", f"the daemon exited with status {outcome.returncode}"
-        self._report(job.task, "failed", health="unhealthy",
-                     exit_classification="success" if outcome.returncode == 0 else "failure",
-                     error_code=code, artifacts=artifacts, a2a_artifacts=a2a, text=text)  # fmt: skip
-
-    async def _collector(self, job: _Job) -> None:
-        schedule = CronSchedule.parse(job.task.request["schedule"])
-        clock = self._settings.clock
-        self._report(job.task, "scheduled")
-        job.started.set()
-        fired = clock()
-        run = 0
-        while True:
-            fire_at = schedule.next_after(max(clock(), fired))
-            while (delay := (fire_at - clock()).total_seconds()) > 0:
-                await asyncio.sleep(min(delay, 60.0))
-            fired, run = fire_at, run + 1
-            outcome, verification = await self._run_and_verify(job, self._task_dir(job.task) / "runs" / str(run))
-            if not self._finish_run(job, outcome, verification, success_state="scheduled"):
-                return
+        self._finish_run(job, outcome, None)
 
     _KINDS = {
         "one-shot-command": _one_shot,
-        "daemon": _daemon,
-        "persistent-agent": _persistent_agent,
-        "scheduled-collector": _collector,
+        "daemon": _long_lived,
+        "persistent-agent": _long_lived,
+        "scheduled-collector": _one_shot,
     }
 
     async def _supervise(self, job: _Job) -> None:
@@ -352,8 +300,7 @@ class Runner(Readoption):
         except Exception as error:  # a bug or a broken data dir: fail closed, never succeed
             log.exception("task %s failed inside the substrate", job.task.task_id)
             try:
-                self._report(job.task, "failed", health="unhealthy", exit_classification="unknown",
-                             error_code="substrate.internal_error", text=f"substrate error: {error}")  # fmt: skip
+                self._set(job.task, "failed", fail_kind="infrastructure", error=f"substrate error: {error}")
             except Exception:
                 log.exception("cannot record the failure of task %s", job.task.task_id)
         finally:
@@ -372,23 +319,25 @@ class Runner(Readoption):
         await job.started.wait()
 
     async def cancel(self, task_id: str) -> None:
-        """Kill the task's process group and record `cancelled`; idempotent for a cancelled task."""
+        """Kill the task's process group and record `canceled`.
+
+        A task that already ended (cancelled too) is 409 `task.not_cancelable`, as the real
+        executor's `cancel_task` answers."""
         task = self._store.get_task(task_id)
         if task is None:
-            raise SubstrateError(404, "executor.task_not_found", f"no task {task_id!r}")
+            raise SubstrateError(404, "task.not_found", f"Task '{task_id}' not found", title="Task not found")
+        if task.state in TERMINAL_TASK_STATES:
+            raise _not_cancelable(task_id, task.state)
         job = self._jobs.get(task_id)
-        if job is not None and job.supervisor is not None and task.state not in TERMINAL_TASK_STATES:
+        if job is not None and job.supervisor is not None:
             job.stop_reason = "cancel"
             job.supervisor.cancel()
             await asyncio.wait({job.supervisor})
             task = self._store.get_task(task_id)
             assert task is not None
-        if task.state == "canceled":
-            return
-        if task.state in TERMINAL_TASK_STATES:
-            raise SubstrateError(409, "executor.task_not_cancelable", f"task {task_id!r} already ended: {task.state}")
-        self._report(task, "cancelled", health="unhealthy", exit_classification="cancelled",
-                     error_code="substrate.cancelled", text="cancelled on request")  # fmt: skip
+            if task.state in TERMINAL_TASK_STATES:  # it ended on its own just before
+                raise _not_cancelable(task_id, task.state)
+        self._set(task, "canceled", summary="cancelled on request")
 
     def recover(self) -> int:
         """At startup: re-adopt the tasks whose processes still run, end the others (`adoption.py`).

@@ -2,7 +2,7 @@
 
 One file (WAL, `synchronous=FULL`) so an acknowledged admission or observation survives a
 crash of the substrate. Records are stored as their wire JSON plus the columns we look
-things up by; validation belongs to the callers (`fleet.py`, `tasks.py`). Every
+things up by; validation belongs to the callers (`fleet.py`, `executor.py`, `runner.py`). Every
 read-check-write (compare-and-swap on revisions, idempotency checks) runs inside
 `transaction()`, which holds a process-wide lock and an immediate SQLite write lock, so the
 check and the write are one atomic step even with several threads or processes.
@@ -15,7 +15,7 @@ import sqlite3
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -41,13 +41,24 @@ CREATE TABLE IF NOT EXISTS tasks (
     request          TEXT NOT NULL,
     artifacts        TEXT NOT NULL DEFAULT '[]',
     pid              INTEGER,
-    pid_start_ticks  INTEGER
+    pid_start_ticks  INTEGER,
+    fail_kind        TEXT,
+    terminal_at      TEXT,
+    status_extra     TEXT NOT NULL DEFAULT '{}'
 );
 CREATE INDEX IF NOT EXISTS tasks_by_child ON tasks(child_id);
 CREATE INDEX IF NOT EXISTS tasks_by_state ON tasks(state);
 """
 
 ACTIVE_TASK_STATES = ("submitted", "working", "input-required", "auth-required")
+
+# Columns added after the first release of the table: a data directory written by an older
+# substrate gets them on open (SQLite's ADD COLUMN keeps the rows).
+_ADDED_TASK_COLUMNS = {
+    "fail_kind": "TEXT",
+    "terminal_at": "TEXT",
+    "status_extra": "TEXT NOT NULL DEFAULT '{}'",
+}
 
 
 @dataclass(frozen=True)
@@ -72,9 +83,15 @@ class TaskRow:
     status_text: str | None
     updated_at: str
     request: dict[str, Any]
+    #: Artifact rows in the executor's shape (`handlers/artifacts.rs`): artifact_id, created_at, artifact.
     artifacts: list[dict[str, Any]]
     pid: int | None = None
     pid_start_ticks: int | None = None
+    #: "application" | "infrastructure" for a failed task (executor `FailKind`).
+    fail_kind: str | None = None
+    terminal_at: str | None = None
+    #: Further fields of the A2A status object: summary, error, exit_code.
+    status_extra: dict[str, Any] = field(default_factory=dict)
 
 
 def _dumps(value: Any) -> str:
@@ -92,6 +109,10 @@ class Store:
         self._db.execute("PRAGMA synchronous=FULL")
         self._db.execute("PRAGMA busy_timeout=5000")
         self._db.executescript(_SCHEMA)
+        present = {row["name"] for row in self._db.execute("PRAGMA table_info(tasks)")}
+        for name, declaration in _ADDED_TASK_COLUMNS.items():
+            if name not in present:
+                self._db.execute(f"ALTER TABLE tasks ADD COLUMN {name} {declaration}")
 
     def close(self) -> None:
         with self._lock:
@@ -192,6 +213,9 @@ class Store:
             artifacts=json.loads(row["artifacts"]),
             pid=row["pid"],
             pid_start_ticks=row["pid_start_ticks"],
+            fail_kind=row["fail_kind"],
+            terminal_at=row["terminal_at"],
+            status_extra=json.loads(row["status_extra"] or "{}"),
         )
 
     def get_task(self, task_id: str) -> TaskRow | None:
@@ -225,8 +249,9 @@ class Store:
         with self.transaction():
             self._db.execute(
                 "INSERT INTO tasks (task_id, message_id, message_sha256, instance_id, child_id, context_id,"
-                " kind, state, status_text, updated_at, request, artifacts, pid, pid_start_ticks)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                " kind, state, status_text, updated_at, request, artifacts, pid, pid_start_ticks,"
+                " fail_kind, terminal_at, status_extra)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     task.task_id,
                     task.message_id,
@@ -242,17 +267,24 @@ class Store:
                     _dumps(task.artifacts),
                     task.pid,
                     task.pid_start_ticks,
+                    task.fail_kind,
+                    task.terminal_at,
+                    _dumps(task.status_extra),
                 ),
             )
 
-    _TASK_COLUMNS = frozenset({"state", "status_text", "updated_at", "artifacts", "pid", "pid_start_ticks"})
+    _TASK_COLUMNS = frozenset({
+        "state", "status_text", "updated_at", "artifacts", "pid", "pid_start_ticks",
+        "fail_kind", "terminal_at", "status_extra",
+    })  # fmt: skip
 
     def update_task(self, task_id: str, **fields: Any) -> None:
         unknown = set(fields) - self._TASK_COLUMNS
         if unknown:
             raise ValueError(f"not updatable task columns: {sorted(unknown)}")
-        if "artifacts" in fields:
-            fields["artifacts"] = _dumps(fields["artifacts"])
+        for name in ("artifacts", "status_extra"):
+            if name in fields:
+                fields[name] = _dumps(fields[name])
         assignments = ", ".join(f"{name} = ?" for name in fields)
         with self.transaction():
             self._db.execute(f"UPDATE tasks SET {assignments} WHERE task_id = ?", (*fields.values(), task_id))

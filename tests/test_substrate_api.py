@@ -6,14 +6,13 @@ import asyncio
 import hashlib
 import json
 from collections.abc import AsyncIterator, Iterator
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from urllib.parse import urlparse
 
 import httpx
 import jsonschema
 import pytest
 
+from activities.a2a import IDEMPOTENCY_EXTENSION as IDEMPOTENCY
 from activities.a2a import RUNTIME_EXTENSION, Dispatch, build_message
 from activities.sandbox_api import RuntimeIdentity
 from activities.sandbox_client import (
@@ -274,13 +273,30 @@ async def test_reconcile_classifies_from_stored_state_and_inventory_counts_revis
     assert {"rec-succeeded", "rec-running"} <= {r.lineage.child_id for r in inventory.records}
 
 
+async def bind(fleet: FleetClient, child_id: str, task_id: str, session_id: str | None = None) -> None:
+    """What an orchestrator does after `messages:send`: bind the task with an observation."""
+    record = await fleet.get(child_id)
+    assert record.lineage.task_id is None  # the executor bound nothing
+    state = record.status.observed_state
+    extra = {"health": record.status.health} if record.kind == "daemon" else {}
+    await fleet.observe(child_id, record.status.revision, status("starting" if state == "admitted" else state,
+                        record.status.revision + 1, **extra),
+                        RuntimeIdentity(task_id=task_id, session_id=session_id))  # fmt: skip
+
+
+async def started(fleet: FleetClient, executor: ExecutorClient, message: Dispatch, instance: str = "local-1"):
+    task = await executor.send_message(instance, message)
+    await bind(fleet, message.child_id, task.id, message.context_id)
+    return task
+
+
 async def test_documents_on_the_wire_are_valid_against_the_contract_schema(
     fleet: FleetClient, executor: ExecutorClient, raw: httpx.AsyncClient, contract_dir: Path
 ) -> None:
     schema = json.loads((contract_dir / "fleet-workload-v1.schema.json").read_text())
     validator = jsonschema.Draft202012Validator(schema, format_checker=jsonschema.FormatChecker())
     await admitted(fleet, "wire-daemon", "daemon")
-    await executor.send_message("local-1", dispatch("wire-daemon", "exit 2", "daemon"))
+    await started(fleet, executor, dispatch("wire-daemon", "echo out; exit 2", "daemon"))
     await wait_record(fleet, "wire-daemon", terminal)
     documents = [
         raw_json(await raw.get("/api/v2/fleet/workloads/wire-daemon", headers=fleet_auth())),
@@ -293,10 +309,16 @@ async def test_documents_on_the_wire_are_valid_against_the_contract_schema(
         assert errors == [], (document.get("document_type"), errors)
 
 
-async def test_instances_list_the_configured_targets(fleet: FleetClient) -> None:
+async def test_instances_are_items_of_the_real_shape(fleet: FleetClient, raw: httpx.AsyncClient) -> None:
+    """Row 1: `{"items": [{id, name, runtime, provider, capabilities, state, agent_card_url, ...}]}`."""
+    body = raw_json(await raw.get("/api/v2/admin/instances", headers=fleet_auth()))
+    assert set(body) == {"items"}
+    assert [(i["id"], i["runtime"], i["state"]) for i in body["items"]] == [("local-1", "host", "running"),
+                                                                            ("local-2", "host", "running")]
+    assert body["items"][0]["agent_card_url"] == "/agents/local-1/.well-known/agent-card.json"
     instances = await fleet.instances()
     assert [i.id for i in instances] == ["local-1", "local-2"]
-    assert all(i.status == "ready" and "host" in i.isolation_kinds for i in instances)
+    assert all(i.status == "ready" and i.isolation_kinds == ["host"] for i in instances)
     assert set(instances[0].workload_kinds) == {"one-shot-command", "daemon", "persistent-agent", "scheduled-collector"}
 
 
@@ -313,140 +335,221 @@ async def test_tokens_never_appear_in_bodies_nor_in_workload_processes(
     monkeypatch.setenv("CONDUCTOR_FLEET_TOKEN", FLEET_TOKEN)
     monkeypatch.setenv("SOME_TOOL_SETTING", EXECUTOR_TOKEN)
     await admitted(fleet, "tok-1")
-    await executor.send_message("local-1", dispatch("tok-1", "env; echo $CONDUCTOR_CHILD_ID"))
+    task = await started(fleet, executor, dispatch("tok-1", "env; echo $CONDUCTOR_CHILD_ID"))
     record = await wait_record(fleet, "tok-1", terminal)
     assert record.status.observed_state == "succeeded"
-    output = Path(urlparse(record.status.artifacts[0].uri).path).read_text()
+    output = (await executor.artifacts("local-1", task.id)).output("stdout") or ""
     assert "tok-1" in output
     assert FLEET_TOKEN not in output and EXECUTOR_TOKEN not in output
     assert len(tap.bodies) >= 3
     tap.assert_no_secrets(FLEET_TOKEN, EXECUTOR_TOKEN)
 
 
-# --- executor plane ------------------------------------------------------------------------
+# --- executor plane and the projection into records (rows 3, 6, 7) --------------------------
 
 
-async def test_one_shot_echo_succeeds_with_result_artifact_and_a2a_output(
-    fleet: FleetClient, executor: ExecutorClient, tap: Wiretap
+async def test_send_binds_nothing_and_the_bound_task_projects_into_the_record(
+    fleet: FleetClient, executor: ExecutorClient, tap: Wiretap, raw: httpx.AsyncClient
 ) -> None:
     await admitted(fleet, "run-echo")
     task = await executor.send_message("local-1", dispatch("run-echo", "echo hi"))
     assert tap.last_status() == 202
-    assert (task.kind, task.status.state) == ("task", "working")
+    assert (task.kind, task.status.state, task.context_id) == ("task", "working", None)  # no contextId sent
+    assert task.metadata is not None and task.metadata["runtime.instance_id"] == "local-1"
+    await asyncio.sleep(0.3)  # long enough for `echo` to end: the record still knows nothing of it
+    unbound = await fleet.get("run-echo")
+    assert (unbound.status.observed_state, unbound.status.revision, unbound.lineage.task_id) == ("admitted", 1, None)
 
+    await bind(fleet, "run-echo", task.id)
     record = await wait_record(fleet, "run-echo", terminal)
     assert (record.status.observed_state, record.status.exit_classification) == ("succeeded", "success")
-    assert record.lineage.task_id == task.id
-    artifacts = {a.kind: a for a in record.status.artifacts}
-    assert artifacts["result"].sha256 == hashlib.sha256(b"hi\n").hexdigest()
-    assert Path(urlparse(artifacts["result"].uri).path).read_bytes() == b"hi\n"
-    assert artifacts["log"].sha256 == hashlib.sha256(b"").hexdigest()
+    assert record.lineage.task_id == task.id and record.lineage.command_id == f"cmd-{task.id.removeprefix('task-')}"
+    kinds = [(a.kind, a.uri) for a in record.status.artifacts]
+    assert kinds == [("log", f"sandbox://tasks/{task.id}/artifacts/{task.id}-stdout-0001"),
+                     ("result", f"sandbox://tasks/{task.id}/status")]  # fmt: skip
+    assert await fleet.get("run-echo") == record  # an unchanged projection writes no revision
 
-    finished = await executor.get_task("local-1", task.id)
-    assert finished.status.state == "completed"
-    assert finished.artifact_text("result") == "hi\n"
-    # starting -> running -> succeeded, each a revision of its own after admission.
-    assert record.status.revision == 4
+    finished = raw_json(await raw.get(f"/agents/local-1/v1/tasks/{task.id}", headers=executor_auth()))
+    assert set(finished) == {"id", "kind", "status"}  # no contextId, no artifacts inline
+    status_ = finished["status"]
+    assert (status_["state"], status_["exit_code"]) == ("completed", 0)
+    assert {"timestamp", "terminal_at", "summary"} <= set(status_) and "fail_kind" not in status_
+    result = next(a for a in record.status.artifacts if a.kind == "result")
+    digest = {k: v for k, v in status_.items() if k not in ("terminal_at",)}
+    assert result.sha256 == hashlib.sha256(json.dumps(digest, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 
-async def test_failing_command_is_failed_with_its_stderr_as_log(fleet: FleetClient, executor: ExecutorClient) -> None:
+async def test_artifacts_route_serves_the_output_chunks(fleet: FleetClient, executor: ExecutorClient,
+                                                        raw: httpx.AsyncClient) -> None:
+    """Row 6: `GET /agents/{id}/v1/tasks/{tid}/artifacts` as handlers/artifacts.rs `list` answers."""
+    await admitted(fleet, "run-art")
+    task = await started(fleet, executor, dispatch("run-art", "echo out; echo err >&2"))
+    await wait_record(fleet, "run-art", terminal)
+    for prefix in ("/agents/local-1/v1", "/agents/local-1"):  # both route forms of the real executor
+        body = raw_json(await raw.get(f"{prefix}/tasks/{task.id}/artifacts", headers=executor_auth()))
+        assert body["task_id"] == task.id
+        rows = body["artifacts"]
+        assert [row["artifact_id"] for row in rows] == [f"{task.id}-stdout-0001", f"{task.id}-stderr-0002"]
+        assert all(set(row) == {"artifact_id", "task_id", "created_at", "artifact"} for row in rows)
+        assert [(r["artifact"]["kind"], r["artifact"]["stream"], r["artifact"]["data"]) for r in rows] == [
+            ("output_chunk", "stdout", "out\n"), ("output_chunk", "stderr", "err\n")]  # fmt: skip
+    artifacts = await executor.artifacts("local-1", task.id)
+    assert (artifacts.output("stdout"), artifacts.output("stderr")) == ("out\n", "err\n")
+    record = await fleet.get("run-art")
+    assert [a.kind for a in record.status.artifacts] == ["log", "log", "result"]
+    with pytest.raises(TaskNotFound):
+        await executor.artifacts("local-2", task.id)  # another instance's task is not visible
+
+
+async def test_output_is_bounded(fleet: FleetClient, executor: ExecutorClient) -> None:
+    """Each output chunk keeps at most the runner's `artifact_text_limit` (256 KiB) of text."""
+    await admitted(fleet, "run-big")
+    task = await started(fleet, executor, dispatch("run-big", "head -c 300000 /dev/zero | tr '\\0' x"))
+    await wait_record(fleet, "run-big", terminal)
+    chunk = (await executor.artifacts("local-1", task.id)).artifacts[0].artifact
+    assert len(chunk["data"]) == 256 * 1024 and chunk["truncated"] is True
+
+
+async def test_failing_command_is_failed_with_its_stderr_in_the_artifacts(
+    fleet: FleetClient, executor: ExecutorClient
+) -> None:
     await admitted(fleet, "run-fail")
-    task = await executor.send_message("local-1", dispatch("run-fail", "echo oops >&2; exit 3"))
+    task = await started(fleet, executor, dispatch("run-fail", "echo oops >&2; exit 3"))
     record = await wait_record(fleet, "run-fail", terminal)
     assert (record.status.observed_state, record.status.exit_classification) == ("failed", "failure")
-    assert record.status.error_code == "process.exit_status_3"
-    log = next(a for a in record.status.artifacts if a.kind == "log")
-    assert Path(urlparse(log.uri).path).read_text() == "oops\n"
+    assert record.status.error_code == "fleet.task_failed"
+    assert (await executor.artifacts("local-1", task.id)).output("stderr") == "oops\n"
     finished = await executor.get_task("local-1", task.id)
-    assert finished.status.state == "failed"
-    assert finished.status.message is not None and "status 3" in finished.status.message.parts[0].text  # type: ignore[union-attr]
+    assert (finished.status.state, finished.status.fail_kind) == ("failed", "application")
+    assert finished.status_text() is not None and "exited 3" in finished.status_text()  # type: ignore[operator]
 
 
-async def test_command_over_its_time_budget_is_timed_out(fleet: FleetClient, executor: ExecutorClient) -> None:
+async def test_command_over_its_time_budget_is_killed_and_failed(fleet: FleetClient, executor: ExecutorClient) -> None:
     await admitted(fleet, "run-timeout", timeout_seconds=30)
-    started = asyncio.get_running_loop().time()
-    task = await executor.send_message("local-1", dispatch("run-timeout", "sleep 30", timeout_seconds=1))
+    clock = asyncio.get_running_loop().time
+    began = clock()
+    task = await started(fleet, executor, dispatch("run-timeout", "sleep 30", timeout_seconds=1))
     record = await wait_record(fleet, "run-timeout", terminal)
-    assert asyncio.get_running_loop().time() - started < 5
-    assert (record.status.observed_state, record.status.exit_classification) == ("timed-out", "timeout")
-    assert (await executor.get_task("local-1", task.id)).status.state == "failed"
+    assert clock() - began < 5
+    # The real projection has no timed-out: a killed command is a failed task.
+    assert (record.status.observed_state, record.status.error_code) == ("failed", "fleet.task_failed")
+    ended = await executor.get_task("local-1", task.id)
+    assert ended.status.state == "failed" and "time budget" in (ended.status_text() or "")
 
 
-async def test_verifier_adds_evidence_or_fails_the_run(fleet: FleetClient, executor: ExecutorClient) -> None:
+async def test_verifier_output_is_an_artifact_or_fails_the_run(fleet: FleetClient, executor: ExecutorClient) -> None:
     await admitted(fleet, "run-verified")
     await admitted(fleet, "run-unverified")
-    await executor.send_message(
-        "local-1", dispatch("run-verified", "echo data > out.txt", verifier="test -s out.txt && echo verified")
-    )
-    await executor.send_message("local-1", dispatch("run-unverified", "true", verifier="test -s out.txt"))
+    good_task = await started(fleet, executor, dispatch("run-verified", "echo data > out.txt",
+                                                        verifier="test -s out.txt && echo verified"))  # fmt: skip
+    bad_task = await started(fleet, executor, dispatch("run-unverified", "true", verifier="test -s out.txt"))
     good = await wait_record(fleet, "run-verified", terminal)
     assert good.status.observed_state == "succeeded"
-    verifier = next(a for a in good.status.artifacts if a.kind == "verifier")
-    assert verifier.sha256 == hashlib.sha256(b"verified\n").hexdigest()
+    assert (await executor.artifacts("local-1", good_task.id)).output("verifier") == "verified\n"
+    assert {a.kind for a in good.status.artifacts} == {"log", "result"}  # the real projection's kinds only
     bad = await wait_record(fleet, "run-unverified", terminal)
-    assert (bad.status.observed_state, bad.status.error_code) == ("failed", "substrate.verifier_failed")
-    assert "verifier" not in {a.kind for a in bad.status.artifacts}
+    assert bad.status.observed_state == "failed"
+    assert "verifier" in ((await executor.get_task("local-1", bad_task.id)).status_text() or "")
 
 
 async def test_daemon_is_healthy_until_cancelled_and_its_process_is_gone(
-    fleet: FleetClient, executor: ExecutorClient, tmp_path: Path
+    fleet: FleetClient, executor: ExecutorClient, tmp_path: Path, raw: httpx.AsyncClient
 ) -> None:
     await admitted(fleet, "run-daemon", "daemon")
     pidfile = tmp_path / "daemon.pid"
-    task = await executor.send_message("local-1", dispatch("run-daemon", f"echo $$ > {pidfile}; exec sleep 30", "daemon"))
+    task = await started(fleet, executor, dispatch("run-daemon", f"echo $$ > {pidfile}; exec sleep 30", "daemon"))
     pid = await read_pid(pidfile)
     record = await wait_record(fleet, "run-daemon", lambda r: r.status.observed_state == "healthy")
     assert record.status.health == "healthy"
     assert (await executor.get_task("local-1", task.id)).status.state == "working"
 
+    # Cancel is a POST under /agents: without the runtime extension it is refused, as the real one is.
+    refused = await raw.post(f"/agents/local-1/v1/tasks/{task.id}/cancel",
+                             headers={"Authorization": f"Bearer {EXECUTOR_TOKEN}"})  # fmt: skip
+    assert (refused.status_code, raw_json(refused)["code"]) == (400, "extension.required_not_activated")
     cancelled = await executor.cancel_task("local-1", task.id)
     assert cancelled.status.state == "canceled"
     record = await fleet.get("run-daemon")
     assert (record.status.observed_state, record.status.exit_classification) == ("cancelled", "cancelled")
-    assert record.status.health == "unhealthy"
+    assert record.status.health == "unknown"
     await wait_until(lambda: process_gone(pid))  # killed and reaped: no zombie left behind
-    again = await executor.cancel_task("local-1", task.id)  # idempotent
-    assert again.status.state == "canceled"
+    with pytest.raises(TaskNotCancelable):  # cancelled is ended too: 409 task.not_cancelable
+        await executor.cancel_task("local-1", task.id)
 
 
-async def test_daemon_that_exits_is_failed_and_unhealthy(fleet: FleetClient, executor: ExecutorClient) -> None:
-    await admitted(fleet, "run-daemon-exit", "daemon")
-    await executor.send_message("local-1", dispatch("run-daemon-exit", "sleep 0.4; exit 1", "daemon"))
-    record = await wait_record(fleet, "run-daemon-exit", terminal)
-    assert (record.status.observed_state, record.status.health) == ("failed", "unhealthy")
+@pytest.mark.parametrize(("exit_status", "state", "health", "code"), [
+    (1, "failed", "unhealthy", "fleet.task_failed"),
+    (0, "operator-review-required", "unknown", "fleet.daemon_task_exited"),
+])  # fmt: skip
+async def test_a_daemon_that_exits_fails_or_needs_review(
+    fleet: FleetClient, executor: ExecutorClient, exit_status: int, state: str, health: str, code: str
+) -> None:
+    child = f"run-daemon-exit-{exit_status}"
+    await admitted(fleet, child, "daemon")
+    await started(fleet, executor, dispatch(child, f"sleep 0.4; exit {exit_status}", "daemon"))
+    record = await wait_record(fleet, child, lambda r: r.status.observed_state not in ("starting", "healthy"))
+    assert (record.status.observed_state, record.status.health, record.status.error_code) == (state, health, code)
 
 
-async def test_persistent_agent_runs_with_its_session_bound(fleet: FleetClient, executor: ExecutorClient) -> None:
+async def test_persistent_agent_runs_with_its_session_and_is_retained_when_it_ends(
+    fleet: FleetClient, executor: ExecutorClient
+) -> None:
     await admitted(fleet, "run-agent", "persistent-agent")
-    task = await executor.send_message(
-        "local-1", dispatch("run-agent", "exec sleep 30", "persistent-agent", context_id="session-7")
-    )
+    task = await started(fleet, executor, dispatch("run-agent", "exec sleep 30", "persistent-agent",
+                                                   context_id="session-7"))  # fmt: skip
+    assert task.context_id == "session-7"  # the message carried one, so the task has it
     record = await wait_record(fleet, "run-agent", lambda r: r.status.observed_state == "running")
     assert (record.lineage.task_id, record.lineage.session_id) == (task.id, "session-7")
     await executor.cancel_task("local-1", task.id)
     assert (await fleet.get("run-agent")).status.observed_state == "cancelled"
 
+    await admitted(fleet, "run-agent-done", "persistent-agent")
+    await started(fleet, executor, dispatch("run-agent-done", "true", "persistent-agent"))
+    done = await wait_record(fleet, "run-agent-done", lambda r: r.status.observed_state == "retained")
+    assert done.status.exit_classification == "success"
 
-async def test_finished_task_cannot_be_cancelled(fleet: FleetClient, executor: ExecutorClient) -> None:
+
+async def test_scheduled_collector_catches_up_then_rests_scheduled(
+    fleet: FleetClient, executor: ExecutorClient
+) -> None:
+    await admitted(fleet, "col-1", "scheduled-collector", schedule="0 0 1 1 *")
+    task = await started(fleet, executor, dispatch("col-1", "sleep 0.5; echo collected", "scheduled-collector"))
+    running = await fleet.get("col-1")
+    assert running.status.observed_state == "catching-up"
+    record = await wait_record(fleet, "col-1", lambda r: r.status.observed_state == "scheduled")
+    assert record.status.exit_classification == "success"
+    assert (await executor.artifacts("local-1", task.id)).output("stdout") == "collected\n"
+    with pytest.raises(TaskNotCancelable):  # its run ended: nothing left to cancel
+        await executor.cancel_task("local-1", task.id)
+    assert (await fleet.get("col-1")).status.observed_state == "scheduled"
+
+
+async def test_finished_task_cannot_be_cancelled(fleet: FleetClient, executor: ExecutorClient, raw: httpx.AsyncClient) -> None:
     await admitted(fleet, "run-done")
-    task = await executor.send_message("local-1", dispatch("run-done", "true"))
+    task = await started(fleet, executor, dispatch("run-done", "true"))
     await wait_record(fleet, "run-done", terminal)
     with pytest.raises(TaskNotCancelable) as caught:
         await executor.cancel_task("local-1", task.id)
     assert caught.value.status == 409
+    response = await raw.post(f"/agents/local-1/v1/tasks/{task.id}/cancel", headers=executor_auth())
+    assert response.headers["content-type"] == "application/problem+json"
+    body = raw_json(response)
+    assert {k: body[k] for k in ("status", "code", "title")} == {
+        "status": 409, "code": "task.not_cancelable", "title": "Task not cancelable"}  # fmt: skip
+    assert body["type"].startswith("https://agentic-sandbox.aiwg.io/errors/") and "completed" in body["detail"]
     assert (await fleet.get("run-done")).status.observed_state == "succeeded"
 
 
 async def test_same_message_id_returns_the_same_task_and_runs_once(
-    fleet: FleetClient, executor: ExecutorClient, tap: Wiretap, tmp_path: Path
+    fleet: FleetClient, executor: ExecutorClient, raw: httpx.AsyncClient, tmp_path: Path
 ) -> None:
     await admitted(fleet, "run-idem")
     counter = tmp_path / "runs"
     message = dispatch("run-idem", f"echo run >> {counter}")
-    first = await executor.send_message("local-1", message)
-    second = await executor.send_message("local-1", message)
-    assert tap.last_status() == 200
-    assert second.id == first.id
+    first = await started(fleet, executor, message)
+    replay = await raw.post("/agents/local-1/v1/messages:send", json=build_message(message).wire(),
+                            headers={**executor_auth(), "A2A-Extensions": f"{RUNTIME_EXTENSION}, {IDEMPOTENCY}"})  # fmt: skip
+    assert (replay.status_code, replay.headers["idempotent-replayed"], raw_json(replay)["id"]) == (202, "true", first.id)
     await wait_record(fleet, "run-idem", terminal)
     third = await executor.send_message("local-1", message)
     assert (third.id, third.status.state) == (first.id, "completed")
@@ -454,33 +557,38 @@ async def test_same_message_id_returns_the_same_task_and_runs_once(
 
     with pytest.raises(IdempotencyCollision) as caught:
         await executor.send_message("local-1", dispatch("run-idem", "echo something else"))
-    assert caught.value.code == "executor.idempotency_collision"
+    assert caught.value.code == "idempotency.key_reused"
 
 
 async def test_second_dispatch_for_a_bound_workload_is_rejected(fleet: FleetClient, executor: ExecutorClient) -> None:
     await admitted(fleet, "run-twice")
-    first = await executor.send_message("local-1", dispatch("run-twice", "true"))
+    first = await started(fleet, executor, dispatch("run-twice", "true"))
     await wait_record(fleet, "run-twice", terminal)
     before = await fleet.get("run-twice")
     second = await executor.send_message(
         "local-1", Dispatch(message_id="msg-run-twice-again", child_id="run-twice", kind="one-shot-command", prompt="true")
     )
     assert second.id != first.id
-    assert second.status.state == "rejected"
+    assert second.status.state == "rejected" and "already bound" in (second.status_text() or "")
     assert await fleet.get("run-twice") == before
 
 
-async def test_dispatch_refusals(fleet: FleetClient, executor: ExecutorClient, raw: httpx.AsyncClient) -> None:
+async def test_dispatch_refusals_are_problem_documents(
+    fleet: FleetClient, executor: ExecutorClient, raw: httpx.AsyncClient
+) -> None:
     await admitted(fleet, "bad-1")
     await admitted(fleet, "bad-container", isolation="container")
     body = build_message(dispatch("bad-1", "true")).wire()
     response = await raw.post(
         "/agents/local-1/v1/messages:send", json=body, headers={"Authorization": f"Bearer {EXECUTOR_TOKEN}"}
     )
-    assert (response.status_code, raw_json(response)["error"]) == (400, "executor.extension_required")
+    assert response.headers["content-type"] == "application/problem+json"
+    problem = raw_json(response)
+    assert {"type", "title", "status", "detail", "code"} <= set(problem)
+    assert (response.status_code, problem["code"], problem["status"]) == (400, "extension.required_not_activated", 400)
     response = await raw.post("/agents/local-1/v1/messages:send", json={"message": {"role": "user"}},
                               headers=executor_auth())  # fmt: skip
-    assert (response.status_code, raw_json(response)["error"]) == (400, "executor.invalid_message")
+    assert (response.status_code, raw_json(response)["code"]) == (400, "request.invalid_params")
 
     cases = [
         ("local-1", dispatch("bad-1", "true", "daemon"), "executor.kind_mismatch"),
@@ -496,9 +604,25 @@ async def test_dispatch_refusals(fleet: FleetClient, executor: ExecutorClient, r
         await executor.send_message("local-1", dispatch("bad-missing", "true"))
     with pytest.raises(InstanceNotFound):
         await executor.send_message("local-9", dispatch("bad-1", "true"))
-    with pytest.raises(TaskNotFound):
+    with pytest.raises(TaskNotFound) as missing:
         await executor.get_task("local-1", "task-none")
+    assert missing.value.code == "task.not_found"
     assert (await fleet.get("bad-1")).status.observed_state == "admitted"  # nothing started
+
+
+async def test_observation_answers_the_bare_record(raw: httpx.AsyncClient, fleet: FleetClient) -> None:
+    """Row 2: fleet.rs `observe` answers 200 with the stored record itself, no envelope."""
+    await admitted(fleet, "obs-bare")
+    response = await raw.post("/api/v2/fleet/workloads/obs-bare/observations", headers=fleet_auth(),
+                              json={"expected_revision": 1, "status": status("running", 2).to_wire(),
+                                    "runtime_identity": {"task_id": "task-bare"}})  # fmt: skip
+    body = raw_json(response)
+    assert response.status_code == 200 and body["document_type"] == "workload" and "workload" not in body
+    assert (body["status"]["revision"], body["lineage"]["task_id"]) == (2, "task-bare")
+    empty = await raw.post("/api/v2/fleet/workloads/obs-bare/observations", headers=fleet_auth(),
+                           json={"expected_revision": 2, "status": status("running", 3).to_wire(),
+                                 "runtime_identity": {}})  # fmt: skip
+    assert (empty.status_code, raw_json(empty)["error"]) == (400, "fleet.invalid_runtime_identity")
 
 
 async def test_unreachable_substrate_is_retryable() -> None:
@@ -508,35 +632,16 @@ async def test_unreachable_substrate_is_retryable() -> None:
     assert caught.value.retryable
 
 
-# --- scheduled collectors (own server: a shifted clock reaches the next tick quickly) --------
-
-
-async def test_scheduled_collector_runs_on_its_tick_and_stays_scheduled(tmp_path: Path) -> None:
-    shift = [timedelta(0)]
-
-    def clock() -> datetime:
-        return datetime.now(UTC) + shift[0]
-
+async def test_an_empty_fleet_has_an_inventory_with_no_records(tmp_path: Path) -> None:
+    """Row 8: fleet.rs `inventory` answers 200 with `records: []` for an empty fleet."""
     tap = Wiretap()
-    with serve_in_thread(config(tmp_path, clock=clock)) as running:
-        fleet, executor = clients(running.base_url, tap)
-        async with fleet, executor:
-            assert await fleet.inventory() is None  # an empty fleet has no inventory document (204)
-            assert tap.last_status() == 204
-            await admitted(fleet, "col-1", "scheduled-collector", schedule="* * * * *")
-            real = datetime.now(UTC)
-            tick = real.replace(second=0, microsecond=0) + timedelta(minutes=1)
-            shift[0] = tick - timedelta(seconds=1) - real  # the collector's clock: one second before a tick
-            task = await executor.send_message("local-1", dispatch("col-1", "echo collected", "scheduled-collector"))
-            record = await fleet.get("col-1")
-            assert (record.status.observed_state, record.status.artifacts) == ("scheduled", [])
-            assert task.status.state == "working"
-            record = await wait_record(fleet, "col-1", lambda r: bool(r.status.artifacts), timeout=10)
-            assert (record.status.observed_state, record.status.exit_classification) == ("scheduled", "success")
-            result = next(a for a in record.status.artifacts if a.kind == "result")
-            assert result.sha256 == hashlib.sha256(b"collected\n").hexdigest()
-            await executor.cancel_task("local-1", task.id)
-            assert (await fleet.get("col-1")).status.observed_state == "cancelled"
+    with serve_in_thread(config(tmp_path)) as running:
+        fleet, _ = clients(running.base_url, tap)
+        async with fleet, httpx.AsyncClient(base_url=running.base_url) as raw:
+            assert await fleet.inventory() is None
+            assert tap.last_status() == 200
+            body = raw_json(await raw.get("/api/v2/fleet/workloads", headers=fleet_auth()))
+            assert (body["document_type"], body["records"], body["inventory_revision"]) == ("inventory", [], 0)
 
 
 # --- durability and restarts ---------------------------------------------------------------
@@ -549,12 +654,12 @@ async def test_records_survive_a_restart_and_in_flight_tasks_become_unknown(tmp_
         fleet, executor = clients(running.base_url, tap)
         async with fleet, executor:
             await admitted(fleet, "dur-done")
-            await executor.send_message("local-1", dispatch("dur-done", "echo kept"))
+            await started(fleet, executor, dispatch("dur-done", "echo kept"))
             done = await wait_record(fleet, "dur-done", terminal)
             await admitted(fleet, "dur-inflight")
             # A grandchild: only killing the whole process group at shutdown stops it.
             inflight = dispatch("dur-inflight", f"sleep 30 & echo $! > {pidfile}; wait")
-            task = await executor.send_message("local-1", inflight)
+            task = await started(fleet, executor, inflight)
             pid = await read_pid(pidfile)
             await wait_record(fleet, "dur-inflight", lambda r: r.status.observed_state == "running")
             before = await fleet.inventory()
@@ -566,7 +671,6 @@ async def test_records_survive_a_restart_and_in_flight_tasks_become_unknown(tmp_
             assert await fleet.get("dur-done") == done
             record = await fleet.get("dur-inflight")
             assert (record.status.observed_state, record.status.exit_classification) == ("unknown", "unknown")
-            assert record.status.error_code == "substrate.restarted"
             assert (await executor.get_task("local-1", task.id)).status.state == "unknown"
             rows = {r.child_id: r for r in (await fleet.reconcile(0, ["dur-done", "dur-inflight"])).rows}
             assert rows["dur-done"].classification == "terminal"
@@ -579,26 +683,4 @@ async def test_records_survive_a_restart_and_in_flight_tasks_become_unknown(tmp_
     tap.assert_no_secrets(FLEET_TOKEN, EXECUTOR_TOKEN)
 
 
-async def test_crashed_substrate_leaves_no_workload_running_and_reports_unknown(tmp_path: Path) -> None:
-    tap = Wiretap()
-    data = tmp_path / "data"
-    pidfile = tmp_path / "orphan.pid"
-    with spawn(data, FLEET_TOKEN, EXECUTOR_TOKEN) as process:
-        fleet, executor = clients(process.base_url, tap)
-        async with fleet, executor:
-            await admitted(fleet, "crash-1")
-            # A background grandchild in the task's process group: it outlives its shell on a crash.
-            await executor.send_message("local-1", dispatch("crash-1", f"sleep 30 & echo $! > {pidfile}; wait"))
-            orphan = await read_pid(pidfile)
-            await wait_record(fleet, "crash-1", lambda r: r.status.observed_state == "running")
-        process.kill()  # SIGKILL: no shutdown code runs
-    await asyncio.sleep(0.2)
-    assert not process_dead(orphan)  # the shell died with its parent, its grandchild did not...
-
-    with serve_in_thread(config(data)) as running:
-        await wait_until(lambda: process_dead(orphan))  # ...until the restart found and killed it
-        fleet, executor = clients(running.base_url, tap)
-        async with fleet, executor:
-            record = await fleet.get("crash-1")
-            assert (record.status.observed_state, record.status.error_code) == ("unknown", "substrate.restarted")
-    tap.assert_no_secrets(FLEET_TOKEN, EXECUTOR_TOKEN)
+# A substrate killed mid-task and started again re-adopts what still runs: tests/test_substrate_restart.py.

@@ -89,8 +89,11 @@ def assert_kept(http: httpx.Client, kept: dict[str, Any]) -> None:
 
 def assert_json_error(response: httpx.Response, status: int, code: str | None = None) -> dict[str, Any]:
     assert response.status_code == status, response.text[:500]
-    assert response.headers["content-type"] == "application/json"
     body = json.loads(response.content)
+    if response.headers["content-type"] == "application/problem+json":  # the A2A plane: RFC 7807, same code
+        body = {**body, "error": body["code"], "message": body["detail"]}
+    else:
+        assert response.headers["content-type"] == "application/json"
     assert isinstance(body, dict) and isinstance(body["error"], str) and isinstance(body["message"], str)
     if code is not None:
         assert body["error"] == code, body

@@ -246,3 +246,82 @@ def test_serve_takes_no_token_values_on_the_command_line(capsys: pytest.CaptureF
     with pytest.raises(SystemExit):  # not even as an abbreviation of --fleet-token-file
         worker.cli.run(["substrate", "serve", "--fleet-token", "abc"])
     assert "unrecognized arguments" in capsys.readouterr().err
+
+
+# --- the projection of a bound task into its record (fleet.rs project_task_observation) ------
+
+_PROJECTION_TABLE = [
+    # (kind, task state, observed_state, health, exit_classification, error_code)
+    ("daemon", "submitted", "starting", "unknown", None, None),
+    ("daemon", "working", "healthy", "healthy", None, None),
+    ("daemon", "completed", "operator-review-required", "unknown", "unknown", "fleet.daemon_task_exited"),
+    ("daemon", "failed", "failed", "unhealthy", "failure", "fleet.task_failed"),
+    ("daemon", "canceled", "cancelled", "unknown", "cancelled", None),
+    ("daemon", "input-required", "blocked", "unknown", None, None),
+    ("persistent-agent", "working", "running", None, None, None),
+    ("persistent-agent", "completed", "retained", None, "success", None),
+    ("scheduled-collector", "working", "catching-up", None, None, None),
+    ("scheduled-collector", "completed", "scheduled", None, "success", None),
+    ("one-shot-command", "submitted", "starting", None, None, None),
+    ("one-shot-command", "working", "running", None, None, None),
+    ("one-shot-command", "completed", "succeeded", None, "success", None),
+    ("one-shot-command", "failed", "failed", None, "failure", "fleet.task_failed"),
+    ("one-shot-command", "rejected", "failed", None, "failure", "fleet.task_failed"),
+    ("one-shot-command", "canceled", "cancelled", None, "cancelled", None),
+    ("one-shot-command", "auth-required", "blocked", None, None, "fleet.task_auth_required"),
+    ("one-shot-command", "unknown", "unknown", None, "unknown", None),  # the substrate's own row
+]
+
+
+def _bound(kind: str, state: str = "starting", revision: int = 2) -> dict:
+    record = to_wire(make_record("proj-1", kind, **({"schedule": "* * * * *"} if kind == "scheduled-collector" else {})))
+    record["lineage"]["task_id"] = "task-1"
+    record["status"].update(observed_state=state, revision=revision)
+    return record
+
+
+def _task(state: str, artifacts: list | None = None):
+    from substrate.store import TaskRow
+
+    return TaskRow(task_id="task-1", message_id="m", message_sha256="x", instance_id="local-1", child_id="proj-1",
+                   context_id="", kind="k", state=state, status_text=None, updated_at="2026-12-01T12:00:00.000Z",
+                   request={}, artifacts=artifacts or [], status_extra={"exit_code": 0})  # fmt: skip
+
+
+@pytest.mark.parametrize(("kind", "task_state", "observed", "health", "exit_classification", "error_code"),
+                         _PROJECTION_TABLE)  # fmt: skip
+def test_a_bound_task_projects_into_its_record_per_kind(
+    kind: str, task_state: str, observed: str, health: str | None, exit_classification: str | None,
+    error_code: str | None,
+) -> None:
+    from substrate.projection import project
+
+    start = "admitted" if observed == "starting" else "starting"
+    projected = project(_bound(kind, start), _task(task_state))
+    assert projected is not None
+    status = projected["status"]
+    assert (status["observed_state"], status.get("health"), status.get("exit_classification"),
+            status.get("error_code"), status["revision"]) == (observed, health, exit_classification, error_code, 3)  # fmt: skip
+    expected_backpressure = {"input-required": {"reason": "approval", "retryable": False},
+                             "auth-required": {"reason": "policy", "retryable": False}}.get(task_state)  # fmt: skip
+    assert status.get("backpressure") == expected_backpressure
+    kinds = [a["kind"] for a in status["artifacts"]]
+    assert kinds == (["result"] if task_state == "completed" else [])
+    WorkloadStatus.model_validate(status)  # what it writes is a valid status
+
+
+def test_projection_adds_a_log_per_task_artifact_takes_the_command_id_and_leaves_settled_records() -> None:
+    from substrate.projection import canonical_sha256, project
+
+    chunk = {"kind": "output_chunk", "stream": "stdout", "data": "ok", "command_id": "cmd-1", "seq": 1}
+    row = {"artifact_id": "task-1-stdout-0001", "created_at": "2026-12-01T12:00:05.000Z", "artifact": chunk}
+    projected = project(_bound("one-shot-command"), _task("completed", [row]))
+    assert projected is not None
+    assert projected["status"]["artifacts"][0] == {
+        "kind": "log", "uri": "sandbox://tasks/task-1/artifacts/task-1-stdout-0001", "sha256": canonical_sha256(chunk)}  # fmt: skip
+    assert projected["status"]["artifacts"][1]["uri"] == "sandbox://tasks/task-1/status"
+    assert projected["lineage"]["command_id"] == "cmd-1"
+    assert projected["status"]["last_seen"] == "2026-12-01T12:00:05Z"  # the latest of task and artifacts
+    assert project(projected, _task("completed", [row])) is None  # settled: left as it is
+    running = project(_bound("persistent-agent"), _task("working"))
+    assert running is not None and project(running, _task("working")) is None  # unchanged: no revision churn
