@@ -209,7 +209,7 @@ def create_app(config: SubstrateConfig) -> FastAPI:
         runner = Runner(store, fleet, config.runner_settings())
         recovered = runner.recover()
         if recovered:
-            log.warning("substrate: %d task(s) from a previous run recorded as unknown", recovered)
+            log.warning("substrate: %d task(s) from a previous run ended while it was down (exit status or unknown)", recovered)
         app.state.fleet = fleet
         app.state.runner = runner
         app.state.executor = ExecutorService(

@@ -173,3 +173,27 @@ def test_a_recycled_pid_is_not_taken_for_the_recorded_process() -> None:
     assert ticks is not None and procs.is_running(own, ticks)
     assert not procs.is_running(own, ticks + 1)  # same pid, another start time: another process
     assert not procs.is_running(own, None)
+
+
+async def test_a_re_adopted_command_still_runs_its_verifier_and_a_daemon_stays_up(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    marker = tmp_path / "verified"
+    with serve_in_thread(substrate_config(data, keep_workloads_on_stop=True)) as running:
+        async with FleetClient(running.base_url, FLEET_TOKEN) as fleet, ExecutorClient(running.base_url, EXECUTOR_TOKEN) as executor:
+            verified_id = await admit_and_dispatch(fleet, executor, "ra-verified", waiting_command(tmp_path, "verified"),
+                                                   verifier=f"touch {marker}")  # fmt: skip
+            await fleet.admit(make_record("ra-daemon", "daemon"))
+            daemon = await executor.send_message("local-1", Dispatch(message_id="msg-ra-daemon", child_id="ra-daemon",
+                                                 kind="daemon", prompt=waiting_command(tmp_path, "daemon")))  # fmt: skip
+            verified_pid = await read_pid(tmp_path / "verified.pid")
+            daemon_pid = await read_pid(tmp_path / "daemon.pid")
+
+    with serve_in_thread(substrate_config(data)) as running:  # this one kills its workloads when it stops
+        async with executor_http(running.base_url) as http:
+            assert (await task_state(http, verified_id))["state"] == "working"
+            assert (await task_state(http, daemon.id))["state"] == "working"
+            (tmp_path / "verified.go").touch()
+            await wait_state(http, verified_id, {"completed"})
+            assert marker.exists()  # the verifier ran after the re-adopted command succeeded
+            assert not process_dead(daemon_pid)
+    await wait_until(lambda: process_dead(daemon_pid) and process_dead(verified_pid))
