@@ -280,7 +280,8 @@ class Stack:
             "substrate",
             [sys.executable, "-m", "substrate", "serve", "--host", HOST, "--port", str(self.substrate_port),
              "--data-dir", str(root / "substrate"), "--instances", str(INSTANCES),
-             "--fleet-token-file", str(self.fleet_token_file), "--executor-token-file", str(self.executor_token_file)],
+             "--fleet-token-file", str(self.fleet_token_file), "--executor-token-file", str(self.executor_token_file),
+             "--stop-workloads-on-exit"],
             base, self.logs / "substrate.log", "substrate listening on ",
         )
         self.base_env = base
