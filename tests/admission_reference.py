@@ -33,6 +33,7 @@ from fractions import Fraction
 from typing import Callable
 
 from workflows.admission.model import (
+    FAIR_SHARE_POLICY,
     GANG_POLICY,
     LANE_OVERRIDE_POLICY,
     PREEMPTION_POLICY,
@@ -294,7 +295,7 @@ def admission_loop(op: _Op) -> None:
         for r in waiting:
             if r.gang_id is None:
                 if binding(op.policy, r, running) is None:
-                    admit(op, r)
+                    admit(op, r, policy=FAIR_SHARE_POLICY if op.policy.fair_share is not None else None)
                     break
             elif gang_ready(op, r) and gang_blocked(op.policy, gang_of(op, r), running) is None:
                 for m in gang_of(op, r):

@@ -6,6 +6,12 @@ Both must give the same results, the same audit events and the same state after 
 operation, and the engine's output must keep the invariants the spec promises whatever
 the trace: quotas (no new admission while over a limit), revisions, gapless event
 numbers, terminal records that never change, non-preemptible work never preempted.
+Later rules get their own trace families and invariants: ADR-004 bounded requeue (never
+more requeues than the policy allows), gangs (no gang ever partly held; a waiting gang
+that would fit is never left waiting, so two gangs never deadlock) and fair share (equal
+effective priority is ordered by held leases per weight, computed here independently).
+The lease rules follow AIWG's reference scheduler (`src/serve/shared-host-scheduler.ts`
+and its `test/unit/serve/` tests, ADR-004), read for facts only.
 
 Traces use a handful of request ids so replays and identity collisions happen, small
 quotas including 0, clocks that mostly step by seconds but sometimes jump past lease TTLs
@@ -28,6 +34,7 @@ from workflows.admission import engine
 from workflows.admission.model import (
     TERMINAL_STATES,
     AdmissionPolicy,
+    FairShare,
     AdmissionRequest,
     AuditEvent,
     Cancel,
@@ -73,6 +80,13 @@ def priority_admissions(enabled: st.SearchStrategy[bool]) -> st.SearchStrategy[P
 mixed_quota = st.sampled_from([0, 1, 1, 1, 2, 2, 2, 3, 3, 4])
 busy_quota = st.sampled_from([1, 1, 2, 2, 3])
 
+requeue_limits = st.sampled_from([0, 1, 2, 2, 3])
+fair_shares = st.one_of(
+    st.none(), st.none(),
+    st.builds(FairShare, weights=st.dictionaries(st.sampled_from(["o1", "o2", "o3"]), st.integers(1, 3), max_size=3),
+              default_weight=st.integers(1, 3)),
+)
+
 # Everything varies, quotas include 0, leases and queue timeouts are short.
 mixed_policies = st.builds(
     AdmissionPolicy,
@@ -90,6 +104,8 @@ mixed_policies = st.builds(
     ),
     priority_admission=priority_admissions(st.sampled_from([True, True, False])),
     terminal_retention_seconds=st.sampled_from([0, 10, 100, 86400, 86400]),
+    max_requeue_attempts=requeue_limits,
+    fair_share=fair_shares,
 )
 
 # Room everywhere but in the `build` lane, lane override mostly on: displacement territory.
@@ -104,6 +120,8 @@ lane_policies = st.builds(
     lane_wip_limits=st.fixed_dictionaries({"build": st.sampled_from([1, 2])}, optional={"test": busy_quota}),
     priority_admission=priority_admissions(st.sampled_from([True, True, True, False])),
     terminal_retention_seconds=st.sampled_from([0, 100, 86400]),
+    max_requeue_attempts=requeue_limits,
+    fair_share=fair_shares,
 )
 
 # A small global limit, sometimes a narrower quota, preemption mostly on: victims to choose from,
@@ -120,6 +138,42 @@ preemption_policies = st.builds(
     runtime_quotas=st.sampled_from([{"host": 3}, {"host": 3, "vm": 1}, {}]),
     priority_admission=priority_admissions(st.booleans()),
     terminal_retention_seconds=st.sampled_from([0, 86400]),
+    max_requeue_attempts=requeue_limits,
+    fair_share=fair_shares,
+)
+
+# Gangs competing for a small group: tight global and host limits, leases that expire
+# (requeues of whole gangs), preemptible gangs and singles.
+gang_policies = st.builds(
+    AdmissionPolicy,
+    max_concurrent=st.sampled_from([2, 3, 3, 4, 5]),
+    lease_ttl_seconds=st.sampled_from([20, 60, 600]),
+    aging_interval_seconds=st.sampled_from([10, 1e6]),
+    allow_preemption=st.booleans(),
+    preemption_margin=st.integers(0, 1),
+    environment_quotas=st.one_of(st.just({}), quota_maps(ENVIRONMENTS, busy_quota)),
+    runtime_quotas=st.sampled_from([{"host": 2}, {"host": 1, "vm": 2}, {}]),
+    lane_wip_limits=st.sampled_from([{}, {"build": 1}, {"build": 2}]),
+    priority_admission=priority_admissions(st.booleans()),
+    terminal_retention_seconds=st.sampled_from([0, 86400]),
+    max_requeue_attempts=requeue_limits,
+    fair_share=fair_shares,
+)
+
+# Three orchestrators flooding a group with equal priorities: fair share decides most admissions.
+fair_policies = st.builds(
+    AdmissionPolicy,
+    max_concurrent=st.sampled_from([1, 2, 3, 4]),
+    lease_ttl_seconds=st.sampled_from([30, 600]),
+    aging_interval_seconds=st.sampled_from([5, 1e6, 1e6]),
+    allow_preemption=st.booleans(),
+    runtime_quotas=st.sampled_from([{"host": 2}, {}]),
+    terminal_retention_seconds=st.sampled_from([0, 86400]),
+    max_requeue_attempts=requeue_limits,
+    fair_share=st.builds(
+        FairShare, weights=st.dictionaries(st.sampled_from(["o1", "o2", "o3"]), st.integers(1, 4), max_size=3),
+        default_weight=st.integers(1, 2),
+    ),
 )
 
 
@@ -139,6 +193,8 @@ class Profile:
     classes: list[str]
     time_step: st.SearchStrategy[int]
     length: st.SearchStrategy[int]
+    orchestrators: tuple[str, ...] = ("o1", "o2")
+    gangs: bool = False  # ids draw a gang (id and size) as part of their identity
 
 
 def weighted(*choices: tuple[int, st.SearchStrategy]) -> st.SearchStrategy:
@@ -165,6 +221,20 @@ LANE_CONTENTION = Profile(
     preemptible=[True, False], classes=["P0", "P1", "P2", "P3", "P3", "P3"], time_step=CALM_STEPS,
     length=st.integers(15, 40),
 )
+GANG_CONTENTION = Profile(
+    ids=MORE_IDS, policies=gang_policies, runtimes=["container", "container", "vm", "host"],
+    lanes=[None, None, "build"], priorities=st.sampled_from([0, 0, 1, 3]),
+    submitted_grid=10, submitted_back=[0, 0, 5, 30, -10], queue_timeouts=[60, 600],
+    preemptible=[True, True, False], classes=CLASSES, time_step=CALM_STEPS, length=st.integers(15, 45),
+    orchestrators=("o1", "o2", "o3"), gangs=True,
+)
+FAIR_SHARE = Profile(
+    ids=MORE_IDS, policies=fair_policies, runtimes=["container", "container", "host"],
+    lanes=[None], priorities=st.sampled_from([0, 0, 0, 1]),
+    submitted_grid=30, submitted_back=[0, 0, 0, 30, 60], queue_timeouts=[600],
+    preemptible=[False, True], classes=["P2"], time_step=CALM_STEPS, length=st.integers(15, 45),
+    orchestrators=("o1", "o2", "o3"), gangs=False,
+)
 PREEMPTION_CONTENTION = Profile(
     ids=MORE_IDS, policies=preemption_policies, runtimes=["container", "container", "vm", "host"],
     lanes=[None, "build"], priorities=st.sampled_from([0, 0, 0, 1, 5]),
@@ -186,16 +256,29 @@ OP_MIX = ["submit"] * 8 + ["renew"] * 4 + ["release"] * 2 + ["cancel"] * 2 + ["r
 def traces(draw: Callable, profile: Profile) -> tuple[AdmissionPolicy, list[tuple[int, Any]]]:
     """A policy and a list of (seconds to advance, operation)."""
     identity = st.tuples(
-        st.sampled_from(["o1", "o2"]), st.sampled_from(ENVIRONMENTS), st.sampled_from(PROVIDERS),
+        st.sampled_from(list(profile.orchestrators)), st.sampled_from(ENVIRONMENTS), st.sampled_from(PROVIDERS),
         st.sampled_from(profile.runtimes), st.sampled_from(profile.lanes),
     )
     canonical = {rid: draw(identity) for rid in profile.ids}
+    # Gangs: each id belongs to no gang or to g1/g2 (of a fixed orchestrator each, so members meet);
+    # sizes are per gang, and a member sometimes names another size (gang-mismatch).
+    gang_size = {"g1": draw(st.integers(1, 3)), "g2": draw(st.integers(2, 3))}
+    gang_orchestrator = {"g1": "o1", "g2": "o2"}
+    membership = {
+        rid: draw(st.sampled_from([None, "g1", "g1", "g2", "g2"])) if profile.gangs else None for rid in profile.ids
+    }
 
     @st.composite
     def submit(draw2: Callable, clock: int) -> Submit:
         rid = draw2(st.sampled_from(profile.ids))
         # Mostly the id's own placement (replays), sometimes another one (collisions).
         orch, env, prov, kind, lane = canonical[rid] if draw2(st.integers(0, 3)) else draw2(identity)
+        gang: dict[str, Any] = {}
+        if membership[rid] is not None:
+            gang_id = membership[rid]
+            orch = gang_orchestrator[gang_id]
+            size = gang_size[gang_id] if draw2(st.integers(0, 9)) else draw2(st.integers(1, 3))
+            gang = {"gang_id": gang_id, "gang_size": size}
         # Submission times near the clock: ties (FIFO by id), age (aging), the future (no aging).
         submitted = clock - clock % profile.submitted_grid - draw2(st.sampled_from(profile.submitted_back))
         return Submit(request=AdmissionRequest(
@@ -205,6 +288,7 @@ def traces(draw: Callable, profile: Profile) -> tuple[AdmissionPolicy, list[tupl
             queue_timeout_seconds=draw2(st.sampled_from(profile.queue_timeouts)),
             preemptible=draw2(st.sampled_from(profile.preemptible)),
             priority_class=draw2(st.sampled_from(profile.classes)),
+            **gang,
         ))
 
     policy = draw(profile.policies)
@@ -325,9 +409,63 @@ class Observer:
             assert new.state == self.states[rid]
         self.records = dict(snap.records)
 
+        self.check_requeues(events)
+        self.check_gangs(snap)
+        self.check_fair_order(snap)
+
         if not result.ok and result.error.code == "not-admitted":
             rid = operation.request_id
             assert self.states[rid] in result.error.message, "not-admitted names the record's state"
+
+
+    def check_requeues(self, events: list[AuditEvent]) -> None:
+        for event in events:
+            if event.type == "requeued":
+                assert (event.from_state, event.to_state) == ("admitted", "queued"), event
+                assert event.reason.startswith("lease expired; requeued (attempt "), event
+        if self.policy_ever_changed:
+            return
+        for rid, record in self.records.items():
+            assert record.requeue_attempts <= self.policy.max_requeue_attempts, record
+
+    def check_gangs(self, snap: Snapshot) -> None:
+        """No gang is ever partly held; a complete gang that fits is never left waiting."""
+        gangs: dict[tuple[str, str], list[Any]] = {}
+        for record in snap.records.values():
+            if record.gang_id is not None and record.state in ("queued", "admitted"):
+                gangs.setdefault((record.orchestrator_id, record.gang_id), []).append(record)
+        running = [r for r in snap.records.values() if r.state == "admitted"]
+        for (orchestrator, gang_id), members in gangs.items():
+            states = {member.state for member in members}
+            assert states != {"queued", "admitted"}, f"gang {gang_id} of {orchestrator} is partly held: {members}"
+            assert len({member.gang_size for member in members}) == 1, members
+            assert len(members) <= members[0].gang_size, f"gang {gang_id} has more members than its size"
+            complete = len(members) == members[0].gang_size or any(m.lease_revision for m in members)
+            if states == {"queued"} and complete and not self.policy_ever_changed:
+                # Would the whole gang fit now? Then the engine left a runnable gang waiting: a deadlock.
+                placed: list[AdmissionRequest] = []
+                fits = True
+                for member in sorted(members, key=lambda m: m.request_id):
+                    if over_limits(self.policy, member, running + placed + [member]):
+                        fits = False
+                        break
+                    placed.append(member)
+                assert not fits, f"gang {gang_id} fits at once but waits: {members}"
+
+    def check_fair_order(self, snap: Snapshot) -> None:
+        """With fair share, equal effective priority is ordered by held leases per weight."""
+        fair = self.policy.fair_share
+        if fair is None or self.policy_ever_changed:
+            return
+        held = Counter(r.orchestrator_id for r in snap.records.values() if r.state == "admitted")
+
+        def share(rid: str) -> float:
+            orchestrator = snap.records[rid].orchestrator_id
+            return held[orchestrator] / fair.weights.get(orchestrator, fair.default_weight)
+
+        for before, after in zip(snap.queue, snap.queue[1:]):
+            if before.effective_priority == after.effective_priority:
+                assert share(before.request_id) <= share(after.request_id), (before, after, held)
 
 
 def comparable(result: OpResult) -> dict:
@@ -367,6 +505,20 @@ def test_preemption_contention_traces_agree_with_reference_and_keep_invariants(
     run_both(*trace)
 
 
+@SETTINGS
+@given(traces(GANG_CONTENTION))
+def test_gang_traces_agree_with_reference_never_hold_part_of_a_gang_and_never_deadlock(
+    trace: tuple[AdmissionPolicy, list],
+) -> None:
+    run_both(*trace)
+
+
+@SETTINGS
+@given(traces(FAIR_SHARE))
+def test_fair_share_traces_agree_with_reference_and_order_by_weighted_share(trace: tuple[AdmissionPolicy, list]) -> None:
+    run_both(*trace)
+
+
 def run_both(policy: AdmissionPolicy, steps: list[tuple[int, Any]]) -> None:
     eng = engine.new_state(policy)
     ref = reference.new_state(policy)
@@ -386,5 +538,8 @@ def run_both(policy: AdmissionPolicy, steps: list[tuple[int, Any]]) -> None:
         _, ref_view, ref_extra = reference.apply(copy.deepcopy(ref), TakeSnapshot(), now)
         assert eng_extra == [] and ref_extra == [], where
         assert eng_view.snapshot.model_dump() == ref_view.snapshot.model_dump(), where
+        # The position a decision reports (counted without sorting) is the snapshot's position.
+        for entry in eng_view.snapshot.queue:
+            assert engine.queue_position(eng, eng.records[entry.request_id]) == entry.position, (where, entry)
 
         observer.step(operation, eng_result, eng_events, eng_view.snapshot)

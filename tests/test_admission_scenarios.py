@@ -50,11 +50,13 @@ def request(
     preemptible: bool = False,
     queue_timeout: float = 3600,
     orchestrator: str = "orch-1",
+    gang: tuple[str, int] | None = None,
 ) -> AdmissionRequest:
     return AdmissionRequest(
         request_id=request_id, orchestrator_id=orchestrator, environment=environment, provider=provider,
         runtime_kind=runtime, priority=priority, submitted_at=at(submitted), queue_timeout_seconds=queue_timeout,
         preemptible=preemptible, lane=lane, priority_class=priority_class,
+        gang_id=None if gang is None else gang[0], gang_size=None if gang is None else gang[1],
     )
 
 

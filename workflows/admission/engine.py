@@ -43,6 +43,7 @@ from fractions import Fraction
 from sortedcontainers import SortedList
 
 from workflows.admission.model import (
+    FAIR_SHARE_POLICY,
     GANG_POLICY,
     LANE_OVERRIDE_POLICY,
     PREEMPTION_POLICY,
@@ -904,7 +905,7 @@ def _admit_best_fitting(state: EngineState, changes: _Changes) -> bool:
     if rec.gang is not None:
         _admit_gang(state, changes, state.gangs[rec.gang])
     else:
-        _admit(state, changes, rec)
+        _admit(state, changes, rec, policy=FAIR_SHARE_POLICY if state.fair else None)
     return True
 
 

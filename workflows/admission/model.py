@@ -28,6 +28,7 @@ PREEMPTION_POLICY = "preemption"
 QUOTA_POLICY = "quota"
 REQUEUE_POLICY = "requeue"  # ADR-004 bounded requeue after lease expiry
 GANG_POLICY = "gang"  # all-or-nothing admission of a gang
+FAIR_SHARE_POLICY = "fair-share"  # a plain admission ordered by fair share between orchestrators
 
 
 def _aware(value: datetime) -> datetime:
