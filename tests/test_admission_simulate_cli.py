@@ -131,3 +131,63 @@ def test_bundled_example_runs(capsys, tmp_path):
     events = [line["event"] for line in out if "event" in line]
     assert any(event["type"] == "preempted" for event in events)
     assert any(event["policy"] == "priority-wip-override-v1" for event in events)
+
+
+def test_requeues_gang_decisions_and_fair_share_order_show_in_the_audit_output(capsys, tmp_path):
+    policy = {"max_concurrent": 2, "lease_ttl_seconds": 60, "aging_interval_seconds": 86400,
+              "max_requeue_attempts": 1, "fair_share": {"weights": {"mission-a": 1, "mission-b": 1}}}
+    out = simulate(capsys, policy, [
+        submit("2026-01-01T00:00:00Z", "build-1", orchestrator_id="mission-a", gang_id="build", gang_size=2),
+        submit("2026-01-01T00:00:01Z", "build-2", orchestrator_id="mission-a", gang_id="build", gang_size=2),
+        submit("2026-01-01T00:00:02Z", "a-more", orchestrator_id="mission-a"),
+        submit("2026-01-01T00:00:03Z", "b-first", orchestrator_id="mission-b"),
+        {"at": "2026-01-01T00:00:30Z", "op": "release", "request_id": "build-2"},
+        {"at": "2026-01-01T00:00:40Z", "op": "snapshot"},
+        submit("2026-01-01T00:00:41Z", "odd", orchestrator_id="mission-a", gang_id="build", gang_size=3),
+        {"at": "2026-01-01T00:01:01Z", "op": "reconcile"},
+        {"at": "2026-01-01T00:10:00Z", "op": "reconcile"},
+        {"at": "2026-01-01T00:20:00Z", "op": "reconcile"},
+        {"at": "2026-01-01T00:20:01Z", "op": "snapshot"},
+    ], "--audit", tmp_path=tmp_path)
+    events = [line["event"] for line in out if "event" in line]
+    moves = [(event["type"], event["request_id"], event["policy"]) for event in events]
+    # The gang waits for its second member, then both are admitted together.
+    assert ("queued", "build-1", None) in moves
+    assert moves.index(("admitted", "build-1", "gang")) > moves.index(("queued", "build-2", None))
+    assert ("admitted", "build-2", "gang") in moves
+    # Fair share: mission-a holds the gang, so mission-b's later request goes first.
+    assert ("admitted", "b-first", "fair-share") in moves
+    snapshot = next(line["snapshot"] for line in out if "snapshot" in line)
+    assert [entry["request_id"] for entry in snapshot["queue"]] == ["a-more"]
+    # A lease that runs out comes back once (max_requeue_attempts 1), then times out.
+    requeued = [event for event in events if event["type"] == "requeued"]
+    assert requeued and requeued[0]["reason"] == "lease expired; requeued (attempt 1/1)"
+    assert requeued[0]["policy"] == "requeue"
+    assert any(event["type"] == "timed-out" and event["reason"] == "admission lease expired; capacity recovered"
+               for event in events)
+    final = [line["snapshot"] for line in out if "snapshot" in line][-1]["records"]
+    assert (final["b-first"]["state"], final["b-first"]["requeue_attempts"]) == ("timed-out", 1)
+    # A member naming another gang size is an error line, and the run goes on.
+    errors = [line for line in out if line.get("ok") is False]
+    assert [error["error"]["code"] for error in errors] == ["gang-mismatch"]
+
+
+def test_a_lease_shorter_than_startup_p95_is_refused_naming_the_field(capsys, tmp_path):
+    policy = tmp_path / "policy.json"
+    policy.write_text('{"max_concurrent": 1, "lease_ttl_seconds": 30, "startup_p95_seconds": 90}')
+    trace = tmp_path / "trace.jsonl"
+    trace.write_text("")
+    assert run(["admission", "simulate", "--policy", str(policy), str(trace)]) == 2
+    err = capsys.readouterr().err
+    assert "raise lease_ttl_seconds to at least 90" in err
+    assert "Traceback" not in err
+
+
+def test_a_gang_member_without_a_gang_size_is_an_error_line(capsys, tmp_path):
+    out = simulate(capsys, {"max_concurrent": 1}, [
+        submit("2026-01-01T00:00:00Z", "a", gang_id="g"),
+        submit("2026-01-01T00:00:01Z", "b", gang_id="g", gang_size=0),
+    ], tmp_path=tmp_path)
+    assert [line["error"]["code"] for line in out] == ["invalid-request", "invalid-request"]
+    assert "gang_id and gang_size go together" in out[0]["error"]["message"]
+    assert "request.gang_size" in out[1]["error"]["message"]
