@@ -1,7 +1,7 @@
 """Workload processes outlive a substrate restart and are re-adopted (issue 10, row 10).
 
 Over real HTTP against `python -m substrate serve` processes on one data directory: the
-substrate is stopped (SIGTERM, keeping its workloads; then SIGKILL, a crash) while its tasks
+substrate is stopped (SIGKILL, a crash; then SIGTERM, keeping its workloads) while its tasks
 run, and started again. A task whose process still runs stays `working`, reconciliation says
 `re-adopted`, and it completes when its process exits. A process that ended meanwhile is
 reported by the exit status its wrapper recorded; one killed with its wrapper is `unknown`.
@@ -88,7 +88,7 @@ async def reconcile(fleet: FleetClient, child_ids: list[str]) -> dict[str, str]:
     return {row.child_id: row.classification for row in (await fleet.reconcile(0, child_ids)).rows}
 
 
-async def test_a_running_task_is_re_adopted_after_a_clean_stop_and_a_crash(tmp_path: Path) -> None:
+async def test_a_running_task_is_re_adopted_after_a_crash_and_a_clean_stop(tmp_path: Path) -> None:
     data = tmp_path / "data"
     ids: dict[str, str] = {}
     with spawn(data, FLEET_TOKEN, EXECUTOR_TOKEN, keep_workloads_on_stop=True) as first:
@@ -100,7 +100,7 @@ async def test_a_running_task_is_re_adopted_after_a_clean_stop_and_a_crash(tmp_p
             async with executor_http(first.base_url) as http:
                 for task_id in ids.values():
                     await wait_state(http, task_id, {"working"})
-        assert first.stop() in (0, -signal.SIGTERM)  # SIGTERM to the substrate alone: it exits, its workloads do not
+        first.kill()  # SIGKILL to the substrate alone, a crash: no shutdown code runs, its workloads live on
 
     assert all(not process_dead(pid) for pid in pids.values())
     # While it is down: one command exits by itself, one is killed (its wrapper survives and records
@@ -126,7 +126,7 @@ async def test_a_running_task_is_re_adopted_after_a_clean_stop_and_a_crash(tmp_p
                 "re-group": "operator-review-required",
             }
             assert (await fleet.get("re-keeps")).status.observed_state == "running"
-        second.kill()  # a crash this time: no shutdown code runs at all
+        assert second.stop() in (0, -signal.SIGTERM)  # a clean stop this time: it keeps what it re-adopted
     assert not process_dead(pids["keeps"])
 
     with spawn(data, FLEET_TOKEN, EXECUTOR_TOKEN) as third:
