@@ -41,8 +41,10 @@ from activities.credentials import BearerToken
 from activities.sandbox_client import (
     ExecutorClient,
     FleetClient,
+    InstanceNotFound,
     NotFound,
     SandboxError,
+    TaskNotFound,
     Unauthorized,
 )
 from workflows.contract import WorkloadRecord, parse_document
@@ -216,8 +218,11 @@ async def _with_clients(
     async def executor_token_check() -> str:
         try:
             await executor.get_task(instance_id, f"conductor-check-{secrets.token_hex(4)}")
-        except NotFound:
+        except (TaskNotFound, InstanceNotFound):
             pass  # past authentication: the route itself answered
+        except NotFound as error:
+            raise _Failed(f"GET /agents/{instance_id}/v1/tasks/... answered 404 {error.code}, not a task or instance "
+                          "error: is the executor plane served at this URL?") from None  # fmt: skip
         except Unauthorized as error:
             raise _Failed(f"refused on /agents ({error.status}): the server does not know this token") from None
         role = await _executor_token_role(base, executor_token, timeout, transport)
