@@ -7,6 +7,7 @@ A token file is the real server's TOML; a malformed one stops `serve` with one l
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -15,12 +16,13 @@ import httpx
 import pytest
 
 import worker.cli
+from activities.a2a import Dispatch
 from activities.sandbox_client import ExecutorClient, FleetClient, TaskNotFound, Unauthorized
 from substrate.auth import Role, RoleToken, Secret, TokenError, TokenTable, load_tokens, parse_token_file
 from substrate.config import SubstrateConfig
 from substrate.server import RunningSubstrate, serve_in_thread, spawn
 from tests.substrate_fixtures import substrate_config
-from tests.substrate_support import EXECUTOR_TOKEN, FLEET_TOKEN
+from tests.substrate_support import EXECUTOR_TOKEN, FLEET_TOKEN, make_record
 
 ADMIN_FROM_FILE = "file-admin-9c1d7e"
 OPERATOR_FROM_FILE = "file-operator-2b8f44"
@@ -176,3 +178,22 @@ def test_a_served_substrate_takes_only_a_token_file_and_never_logs_a_token(
     log = (tmp_path / "data" / "substrate.log").read_text()
     for token in (ADMIN_FROM_FILE, OPERATOR_FROM_FILE):
         assert token not in log and token not in caplog.text
+
+
+async def test_tokens_from_a_token_file_never_reach_a_workload_process(
+    server: RunningSubstrate, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("CONDUCTOR_SUBSTRATE_TOKEN_FILE", "/dev/null")  # pointed at, never passed on
+    monkeypatch.setenv("SOME_TOOL_SETTING", OPERATOR_FROM_FILE)  # a copy under an unrelated name
+    async with FleetClient(server.base_url, ADMIN_FROM_FILE) as fleet, ExecutorClient(server.base_url, OPERATOR_FROM_FILE) as executor:
+        await fleet.admit(make_record("auth-env"))
+        task = await executor.send_message("local-1", Dispatch(message_id="msg-auth-env", child_id="auth-env",
+                                           kind="one-shot-command", prompt="env"))  # fmt: skip
+        for _ in range(200):
+            if (await executor.get_task("local-1", task.id)).status.state == "completed":
+                break
+            await asyncio.sleep(0.02)
+    output = (server.config.data_dir / "tasks" / task.id / "stdout.txt").read_text()
+    assert "CONDUCTOR_CHILD_ID=auth-env" in output
+    for secret in (ADMIN_FROM_FILE, OPERATOR_FROM_FILE, FLEET_TOKEN, EXECUTOR_TOKEN, "CONDUCTOR_SUBSTRATE_TOKEN_FILE"):
+        assert secret not in output
