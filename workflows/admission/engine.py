@@ -354,7 +354,11 @@ class EngineState:
     now_us: int = 0
     revision: int = 0
     records: dict[str, Rec] = field(default_factory=dict)
-    classes: dict[tuple, QueueClass] = field(default_factory=dict)
+    classes: dict[ClassKey, QueueClass] = field(default_factory=dict)
+    # Ready gangs, in classes keyed by their shape (None, member class keys), apart from the single
+    # classes, and indexed by gang size: a gang of n never fits while fewer than n places are free.
+    gang_classes: dict[tuple, QueueClass] = field(default_factory=dict)
+    gang_shapes_by_size: dict[int, set[tuple]] = field(default_factory=dict)
     admitted: dict[str, Rec] = field(default_factory=dict)
     usage: Usage = field(default_factory=Usage)
     lease_heap: list[tuple[int, str]] = field(default_factory=list)
@@ -377,7 +381,11 @@ class EngineState:
 
     @property
     def queued_count(self) -> int:
-        return sum(queue_class.size for queue_class in self.classes.values()) + len(self.parked)
+        return sum(queue_class.size for queue_class in self.all_classes()) + len(self.parked)
+
+    def all_classes(self):
+        yield from self.classes.values()
+        yield from self.gang_classes.values()
 
 
 def new_state(policy: AdmissionPolicy) -> EngineState:
@@ -397,12 +405,11 @@ def _install_policy(state: EngineState, policy: AdmissionPolicy) -> None:
     if fair != state.fair:
         state.fair = fair
         # The fair-share indexes exist only while fair share is on: rebuild every class.
-        rebuilt: dict[tuple, QueueClass] = {}
-        for key, queue_class in state.classes.items():
-            fresh = rebuilt[key] = QueueClass(key, fair)
-            for request_id in queue_class.members():
-                fresh.add(state.records[request_id])
-        state.classes = rebuilt
+        for classes in (state.classes, state.gang_classes):
+            for key, queue_class in list(classes.items()):
+                fresh = classes[key] = QueueClass(key, fair)
+                for request_id in queue_class.members():
+                    fresh.add(state.records[request_id])
 
 
 def rebuild_indexes(state: EngineState) -> None:
@@ -560,12 +567,6 @@ def _gang_blocker(
     return None
 
 
-def _queue_class_fits(state: EngineState, key: tuple) -> bool:
-    if _is_gang_key(key):
-        return _shape_fits(state, key[1])
-    return _fits(state, key)
-
-
 def _shape_fits(state: EngineState, shape: tuple[ClassKey, ...]) -> bool:
     placed: Counter[str] = Counter()
     for key in shape:
@@ -673,9 +674,12 @@ class _Changes:
 
 
 def _class_add(state: EngineState, key: tuple, rec: Rec) -> None:
-    queue_class = state.classes.get(key)
+    classes = state.gang_classes if _is_gang_key(key) else state.classes
+    queue_class = classes.get(key)
     if queue_class is None:
-        queue_class = state.classes[key] = QueueClass(key, state.fair)
+        queue_class = classes[key] = QueueClass(key, state.fair)
+        if classes is state.gang_classes:
+            state.gang_shapes_by_size.setdefault(len(key[1]), set()).add(key)
     queue_class.add(rec)
     rec.queue_key = key
 
@@ -697,10 +701,16 @@ def _unqueue(state: EngineState, rec: Rec) -> None:
     if key is None:
         state.parked.pop(rec.request_id, None)
         return
-    queue_class = state.classes[key]
+    classes = state.gang_classes if _is_gang_key(key) else state.classes
+    queue_class = classes[key]
     queue_class.remove(rec)
     if queue_class.size == 0:
-        del state.classes[key]
+        del classes[key]
+        if classes is state.gang_classes:
+            shapes = state.gang_shapes_by_size[len(key[1])]
+            shapes.discard(key)
+            if not shapes:
+                del state.gang_shapes_by_size[len(key[1])]
     rec.queue_key = None
 
 
@@ -882,7 +892,7 @@ def _admission_loop(state: EngineState, changes: _Changes) -> None:
         not state.policy.allow_preemption or state.settled_at_us == state.now_us
     ):
         return  # nothing that could admit anything has changed since the last pass
-    while state.classes:
+    while state.classes or state.gang_classes:
         if _admit_best_fitting(state, changes):
             continue
         if not _override_or_preempt(state, changes):
@@ -895,10 +905,19 @@ def _admit_best_fitting(state: EngineState, changes: _Changes) -> bool:
         return False
     best: tuple[OrderKey, str] | None = None
     for key, queue_class in state.classes.items():
-        if _queue_class_fits(state, key):
+        if _fits(state, key):
             head = queue_class.head(state)
             if best is None or head[0] < best[0]:
                 best = head
+    free = state.policy.max_concurrent - state.usage.total
+    for size, shapes in state.gang_shapes_by_size.items():
+        if size > free:
+            continue
+        for key in shapes:
+            if _shape_fits(state, key[1]):
+                head = state.gang_classes[key].head(state)
+                if best is None or head[0] < best[0]:
+                    best = head
     if best is None:
         return False
     rec = state.records[best[1]]
@@ -916,7 +935,7 @@ def _override_or_preempt(state: EngineState, changes: _Changes) -> bool:
     if not (lane_override or preemption):
         return False
     # Gangs never displace or preempt: they wait until they fit.
-    heads = sorted(queue_class.head(state) for key, queue_class in state.classes.items() if not _is_gang_key(key))
+    heads = sorted(queue_class.head(state) for queue_class in state.classes.values())
     if not heads:
         return False
     if preemption and not lane_override:
@@ -1112,7 +1131,7 @@ def _cancel(state: EngineState, changes: _Changes, op: Cancel) -> Rec | OpResult
 
 
 def _all_queued(state: EngineState) -> list[Rec]:
-    queued = [state.records[request_id] for queue_class in state.classes.values() for request_id in queue_class.members()]
+    queued = [state.records[request_id] for queue_class in state.all_classes() for request_id in queue_class.members()]
     queued.extend(state.parked.values())
     return queued
 
@@ -1122,7 +1141,7 @@ def _set_policy(state: EngineState, changes: _Changes, op: SetPolicy) -> OpResul
     reason = f"policy changed by {op.operator}" if op.operator else "policy changed"
     changes.emit("policy-changed", None, None, reason, policy="set_policy")
     doomed: list[Rec] = []
-    for key, queue_class in state.classes.items():
+    for key, queue_class in [*state.classes.items(), *state.gang_classes.items()]:
         if _is_gang_key(key):
             doomed.extend(
                 state.records[request_id] for request_id in queue_class.members()
@@ -1234,7 +1253,7 @@ def next_wakeup(state: EngineState) -> datetime | None:
     if state.policy.allow_preemption and state.preemptible_admitted and state.classes:
         aging = state.aging_us
         now = state.now_us
-        for queue_class in state.classes.values():
+        for queue_class in state.all_classes():
             for bucket in queue_class.buckets.values():
                 submitted_us = bucket[0][0]
                 age = max(0, now - submitted_us)
@@ -1261,7 +1280,7 @@ def queue_position(state: EngineState, rec: Rec) -> int:
     """
     target = order_key(state, rec)
     ahead = sum(1 for other in state.parked.values() if order_key(state, other) < target)
-    for queue_class in state.classes.values():
+    for queue_class in state.all_classes():
         for priority, bucket in queue_class.buckets.items():
             if state.fair:
                 ahead += _fair_ahead(state, queue_class, priority, target)
@@ -1380,5 +1399,5 @@ def what_if(state: EngineState, request: AdmissionRequest) -> tuple[str, str]:
         victims = _preemption_victims(state, rec)
         if victims:
             return "admitted", f"would preempt {', '.join(victim.request_id for victim in victims)}"
-    ahead = queue_position(state, rec) if state.classes or state.parked else 1
+    ahead = queue_position(state, rec) if state.queued_count else 1
     return "queued", f"position {ahead}, waiting on {binding_constraint(state, rec.class_key)}"
