@@ -4,11 +4,12 @@ It speaks the same wire contract as a real Agentic Sandbox (DESIGN.md, "Wire con
 the worker cannot tell them apart: a management plane for Fleet Workload v1 records and an
 A2A executor plane whose tasks run as `/bin/sh -c` process groups on this machine.
 
-Modules, one job each: `app` (routes, auth), `body` (request limits, JSON decoding), `fleet`
+Modules, one job each: `app` (routes), `auth` (bearer tokens with roles, the token file),
+`health` (unauthenticated health routes), `body` (request limits, JSON decoding), `fleet`
 (admission, CAS observations, inventory, reconciliation), `executor` (A2A dispatch), `runner`
-(processes per workload kind), `procs` (process groups), `cron` (schedules), `store` (SQLite),
-`config` (settings and limits), `server` (foreground / thread / subprocess startup), `cli`
-(`conductor substrate serve`).
+(processes per workload kind), `adoption` (processes re-adopted after a restart), `procs`
+(process groups), `cron` (schedules), `store` (SQLite), `config` (settings and limits), `server`
+(foreground / thread / subprocess startup), `cli` (`conductor substrate serve`).
 
 In-process use (tests, the embedded dev stack)::
 
