@@ -10,8 +10,10 @@ reported by the exit status its wrapper recorded; one killed with its wrapper is
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -34,6 +36,19 @@ from tests.substrate_support import (
 )
 
 pytestmark = pytest.mark.timeout(90)
+
+
+@pytest.fixture(autouse=True)
+def no_workload_outlives_the_test(tmp_path: Path) -> Iterator[None]:
+    """The workloads here outlive their substrate on purpose; whatever a failed test left, goes."""
+    yield
+    for pidfile in tmp_path.glob("*.pid"):
+        with contextlib.suppress(OSError, ValueError):
+            pid = int(pidfile.read_text())
+            # Only a process of this test (its command line names the test's directory): a pid
+            # may have been handed to someone else's process since.
+            if str(tmp_path) in Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace"):
+                os.killpg(os.getpgid(pid), signal.SIGKILL)
 
 
 def dispatch(child_id: str, prompt: str, **options: object) -> Dispatch:
