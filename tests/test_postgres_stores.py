@@ -35,8 +35,10 @@ def rows(url: str, query: str) -> list[tuple]:
 
 async def test_many_workers_starting_at_once_migrate_a_new_database_once(postgres_url: str, tmp_path: Path) -> None:
     starters = [stores_for(postgres_url, tmp_path, pool_size=1) for _ in range(8)]
-    await asyncio.gather(*(stores.open() for stores in starters))
     try:
+        # Every start is awaited (and every pool closed below) even if one fails, so a failure is reported.
+        outcomes = await asyncio.wait_for(asyncio.gather(*(s.open() for s in starters), return_exceptions=True), 60)
+        assert outcomes == [None] * len(starters)
         assert rows(postgres_url, "SELECT version, name FROM schema_migrations") == [
             (m.version, m.name) for m in MIGRATIONS
         ]
