@@ -3,13 +3,21 @@ the PostgreSQL database CONDUCTOR_DATABASE_URL names, else the SQLite files in C
 
 from __future__ import annotations
 
+import asyncio
+import os
+import signal
+import subprocess
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import psycopg
 import pytest
+from temporalio.testing import WorkflowEnvironment
 
 from activities.stores import DATABASE_URL_ENV
 from tests.cli_support import conductor
+from tests.postgres import PostgresServer
 from tests.store_backends import BACKENDS, Backend, open_backend
 from tests.test_audit_store import export
 from tests.test_ledger_store import ledgers, make_spec
@@ -98,3 +106,39 @@ async def test_readers_refuse_a_bad_url_and_a_missing_store_in_one_line(
     assert not (tmp_path / "nowhere").exists()  # a reader creates no empty store
     live_only = await conductor(capsys, "admission", "audit", "--host-group", "hg-1", "--request-id", "r-1")
     assert live_only.code == 2 and "--request-id needs --stored" in live_only.line
+
+
+async def test_conductor_worker_migrates_the_configured_database_or_fails_in_one_line(
+    dev_env: WorkflowEnvironment, postgres_server: PostgresServer, postgres_url: str, tmp_path: Path
+) -> None:
+    """The real command in its own process: a database that refuses the password stops it before it
+    polls (one line, exit 1, password redacted); the right one is migrated, and the worker polls."""
+    address = dev_env.client.service_client.config.target_host
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("CONDUCTOR_", "TEMPORAL_"))}
+    env |= {"TEMPORAL_CONFIG_FILE": str(tmp_path / "none.toml"), "CONDUCTOR_DATA_DIR": str(tmp_path / "data"),
+            "CONDUCTOR_FLEET_TOKEN": "fleet-unused", "CONDUCTOR_EXECUTOR_TOKEN": "executor-unused"}  # fmt: skip
+    command = [sys.executable, "-c", "from worker.cli import main; main()", "--address", address, "worker"]
+    wrong = postgres_url.replace(postgres_server.password, "wrong-password")
+    refused = subprocess.run(command, env=env | {DATABASE_URL_ENV: wrong}, capture_output=True, text=True, timeout=60)
+    assert refused.returncode == 1, refused.stderr
+    assert refused.stderr.count("\n") == 1 and refused.stderr.startswith("conductor: cannot open the stores in PostgreSQL")
+    assert "password authentication failed" in refused.stderr and "wrong-password" not in refused.stderr
+    assert "polling" not in refused.stdout
+
+    worker = subprocess.Popen(command, env=env | {DATABASE_URL_ENV: postgres_url}, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        first = await asyncio.wait_for(asyncio.to_thread(worker.stdout.readline), 60)
+        assert "polling task queue" in first, first + worker.stderr.read()
+        assert postgres_server.password not in first
+        with psycopg.connect(postgres_url) as db:
+            assert db.execute("SELECT version FROM schema_migrations").fetchall() == [(1,)]
+    finally:
+        worker.send_signal(signal.SIGINT)
+        try:
+            worker.wait(30)
+        except subprocess.TimeoutExpired:
+            worker.kill()
+            worker.wait()
+    assert worker.returncode == 0
+    assert not (tmp_path / "data" / "ledger.sqlite").exists()

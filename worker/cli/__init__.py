@@ -25,6 +25,7 @@ from collections.abc import Sequence
 from importlib import metadata
 from pathlib import Path
 
+from activities.stores import StoreUnavailable
 from worker.connection import ConnectionFlags, ConnectionSettingError, using_flags
 from worker.inputs import InputError
 from worker.process import exit_now
@@ -109,6 +110,9 @@ def run(argv: Sequence[str] | None = None) -> int:
     except (InputError, ConnectionSettingError) as error:
         print(f"conductor: {error}", file=sys.stderr)
         return 2
+    except StoreUnavailable as error:  # the configured database refused or is not there (e.g. a worker starting)
+        print(f"conductor: {error}", file=sys.stderr)
+        return 1
 
 
 def main() -> None:
