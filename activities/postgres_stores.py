@@ -14,6 +14,9 @@ One `psycopg_pool.AsyncConnectionPool` serves both stores; `open` runs the schem
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
 import psycopg
 from psycopg import errors
 from psycopg_pool import AsyncConnectionPool
@@ -24,8 +27,10 @@ from workflows.admission.model import AuditEvent
 from workflows.audit import AuditExport
 from workflows.mission.ledger import MissionLedger, SnapshotRef
 
+T = TypeVar("T")
 # A deadlock or serialization failure is the database asking us to run the transaction again.
 RETRIES = 5
+# A database that does not answer fails a worker's start (or an activity) in seconds, not never.
 CONNECT_TIMEOUT_SECONDS = 10
 
 
@@ -54,13 +59,15 @@ class PostgresDatabase:
         await self.pool.close()
 
 
-async def _retrying(operation):
+async def _retrying(operation: Callable[[], Awaitable[T]]) -> T:
+    """Run `operation` again when PostgreSQL aborts it only to break a deadlock or a serialization conflict."""
     for attempt in range(1, RETRIES + 1):
         try:
             return await operation()
         except (errors.DeadlockDetected, errors.SerializationFailure):
             if attempt == RETRIES:
                 raise
+    raise AssertionError("unreachable")
 
 
 class PostgresLedgerStore:
