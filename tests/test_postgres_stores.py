@@ -5,6 +5,9 @@ the worker wired to the database by CONDUCTOR_DATABASE_URL."""
 from __future__ import annotations
 
 import asyncio
+import json
+import subprocess
+import sys
 import uuid
 from dataclasses import replace
 from pathlib import Path
@@ -127,3 +130,50 @@ async def test_a_worker_whose_database_is_unreachable_fails_before_polling(
     message = str(caught.value)
     assert "CONDUCTOR_DATABASE_URL" in message and "password authentication failed" in message
     assert "not-the-password" not in message and ":***@" in message and "\n" not in message
+
+
+# One "host": its own process and pool, writing snapshots 0..19 of one mission with its own content.
+_HOST = """
+import asyncio, json, sys
+from pathlib import Path
+from activities.ledger_store import ImmutableSnapshotError
+from activities.stores import select_stores
+from tests.test_ledger_store import ledgers, make_spec
+
+async def main(url, variant, scratch):
+    base = ledgers(make_spec())[1]
+    outcomes = {}
+    async with select_stores(url, ledger_db=Path(scratch) / "l", audit_db=Path(scratch) / "a", pool_size=4) as stores:
+        async def one(seq):
+            ledger = base.model_copy(update={"snapshot_seq": seq, "verdict_reason": f"variant {variant}"})
+            try:
+                outcomes[seq] = (await stores.ledger.write(ledger)).content_hash
+            except ImmutableSnapshotError:
+                outcomes[seq] = "refused"
+        sys.stdin.readline()  # every host starts writing at the same moment
+        await asyncio.gather(*(one(seq) for seq in range(20)))
+    print(json.dumps(outcomes))
+
+asyncio.run(main(*sys.argv[1:]))
+"""
+
+
+async def test_writers_in_separate_processes_agree_on_one_content_per_snapshot(postgres_url: str, tmp_path: Path) -> None:
+    hosts = [
+        subprocess.Popen([sys.executable, "-c", _HOST, postgres_url, str(i % 2), str(tmp_path)], stdin=subprocess.PIPE,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+        for i in range(4)
+    ]
+    for host in hosts:
+        host.stdin.write("go\n")
+        host.stdin.flush()
+    results = []
+    for host in hosts:
+        out, err = host.communicate(timeout=60)
+        assert host.returncode == 0, err
+        results.append({int(seq): outcome for seq, outcome in json.loads(out).items()})
+    stored = dict(rows(postgres_url, "SELECT snapshot_seq, content_hash FROM mission_ledger_snapshots"))
+    assert sorted(stored) == list(range(20))
+    for seq, winner in stored.items():
+        # The two hosts with the winning content succeed, the two with the other are refused.
+        assert sorted(result[seq] for result in results) == sorted([winner, winner, "refused", "refused"])
