@@ -21,8 +21,9 @@ $(STAMP): pyproject.toml
 bytecode:
 	@$(PY) -m compileall -q activities substrate worker workflows bench
 
+# Options pass through: make demo DEMO_ARGS='--keep --ui-port 8233' (`conductor demo --help` lists them).
 demo: $(STAMP)
-	$(VENV)/bin/conductor demo
+	$(VENV)/bin/conductor demo $(DEMO_ARGS)
 
 test: $(STAMP)
 	$(PY) -m pytest $(PYTEST_ARGS)

@@ -23,6 +23,8 @@ from tests.mission_harness import mission_harness
 from tests.substrate_fixtures import substrate  # noqa: F401  (fixture)
 from tests.cli_support import conductor, without_profiles
 from worker.mission_control import MissionClosed, MissionControl, MissionNotFound, parse_spec
+from worker.config import DEFAULT_POLICY
+from workflows.admission.messages import AdmissionWorkflowInput, admission_workflow_id
 from workflows.mission.messages import mission_workflow_id
 
 REVIEW = ["--approve", "--operator", "alice", "--reason", "looked at it"]
@@ -42,6 +44,15 @@ def cli_env(dev_client: Client, monkeypatch: pytest.MonkeyPatch, tmp_path: Path)
 
 def one_shot(child_id: str, prompt: str) -> dict:
     return {"child_id": child_id, "kind": "one-shot-command", "prompt": prompt}
+
+
+async def start_host_group(client: Client, host_group: str) -> None:
+    """A host group for a mission no worker runs: its admission workflow started, never run
+    (`mission run/start` refuse a host group that has none)."""
+    await client.start_workflow(
+        "AdmissionWorkflow", AdmissionWorkflowInput(host_group=host_group, policy=DEFAULT_POLICY),
+        id=admission_workflow_id(host_group), task_queue=f"tq-nobody-{uuid.uuid4().hex[:8]}",
+    )
 
 
 def spec_for(mission_id: str, children: list[dict] | None = None) -> dict:
@@ -163,6 +174,7 @@ async def test_starting_a_mission_id_that_is_running_names_the_running_workflow(
     mission_id = f"running-{uuid.uuid4().hex[:8]}"
     path = tmp_path / "spec.json"
     path.write_text(json.dumps(spec_for(mission_id)))
+    await start_host_group(dev_client, f"hg-{mission_id}")
     first = await conductor(capsys, "mission", "start", str(path))
     assert (first.code, first.out, first.err) == (0, f"{mission_id}\n", "")
     try:
@@ -178,6 +190,7 @@ async def test_starting_a_mission_id_that_is_running_names_the_running_workflow(
             )
     finally:
         await dev_client.get_workflow_handle(mission_workflow_id(mission_id)).terminate("test over")
+        await dev_client.get_workflow_handle(admission_workflow_id(f"hg-{mission_id}")).terminate("test over")
 
 
 # --- Ctrl-C while waiting ---------------------------------------------------------------------------
@@ -218,6 +231,7 @@ async def test_ctrl_c_on_run_while_waiting_leaves_the_mission_running(
     path.write_text(json.dumps(spec_for(mission_id)))
     monkeypatch.setattr(MissionControl, "wait_for_verdict", interrupt)
     handle = dev_client.get_workflow_handle(mission_workflow_id(mission_id))
+    await start_host_group(dev_client, f"hg-{mission_id}")
     try:
         result = await conductor(capsys, "mission", "run", str(path), *(["--json"] if as_json else []))
         assert result.code == 130 and result.out == ""
@@ -232,3 +246,4 @@ async def test_ctrl_c_on_run_while_waiting_leaves_the_mission_running(
         assert (await handle.describe()).status == WorkflowExecutionStatus.RUNNING
     finally:
         await handle.terminate("test over")
+        await dev_client.get_workflow_handle(admission_workflow_id(f"hg-{mission_id}")).terminate("test over")

@@ -125,7 +125,7 @@ async def start_run_in_thread(h, tmp_path: Path, spec: dict) -> asyncio.Task[int
     """`conductor mission run SPEC` in a thread, returned once it waits on the mission's verdict."""
     path = tmp_path / f"{spec['mission_id']}.json"
     path.write_text(json.dumps(spec))
-    cli = asyncio.ensure_future(asyncio.to_thread(run_cli, ["mission", "run", str(path)]))
+    cli = asyncio.ensure_future(asyncio.to_thread(run_cli, ["mission", "run", "--create-host-group", str(path)]))
     handle = h.client.get_workflow_handle(mission_workflow_id(spec["mission_id"]))
 
     async def waiting() -> bool:

@@ -72,30 +72,46 @@ class ProgressLines:
         return True
 
 
+def _counts(summary) -> str:
+    return (
+        f"{len(summary.successful)} ok, {len(summary.failed)} failed, {len(summary.pending)} pending, "
+        f"{len(summary.review_required)} review"
+    )
+
+
 def render_ledger(
     ledger: MissionLedger, *, waits: Mapping[str, str] | None = None, notes: Sequence[str] = (),
+    details: Mapping[str, Sequence[str]] | None = None,
 ) -> str:
     """The ledger for a person; `waits` adds a line under a child saying why it waits (its place in
-    the admission queue), `notes` lines at the end (e.g. that the queue could not be read)."""
+    the admission queue), `details` lines under a child (e.g. how a failed child ended), `notes`
+    lines at the end (e.g. that the queue could not be read).
+
+    Once the verdict has settled its reason is fixed, while the live summary keeps following the
+    children (a quorum of 3 met, then a fourth child satisfied): the verdict's reason is said once,
+    and the children since then as counts, so the two never read as two verdicts."""
     summary = ledger.aggregation
-    lines = [
-        f"mission {ledger.mission_id}: {ledger.parent_state}",
-        f"  aggregation {summary.mode}: {summary.reason}",
-    ]
-    if ledger.verdict_reason and ledger.verdict_reason != summary.reason:
-        lines.append(f"  verdict: {ledger.verdict_reason}")
+    lines = [f"mission {ledger.mission_id}: {ledger.parent_state}"]
+    if ledger.verdict_reason:
+        lines.append(f"  verdict ({summary.mode}): {ledger.verdict_reason}")
+        if ledger.verdict_reason != summary.reason:
+            lines.append(f"  children now: {_counts(summary)} (the verdict stays as it settled)")
+    else:
+        lines.append(f"  aggregation {summary.mode}: {summary.reason}")
     if ledger.best_output:
         lines.append(f"  best output ({ledger.best_output.child_id}): {ledger.best_output.output.strip()[:120]}")
     if ledger.review:
         review = ledger.review
         lines.append(f"  review: {review.decision} by {review.operator} at {review.decided_at.isoformat()}: {review.reason}")
-    if ledger.cancellation:
+    if ledger.cancellation and ledger.cancellation != ledger.verdict_reason:
         lines.append(f"  cancellation: {ledger.cancellation}")
     lines.append("  children:")
     for child in ledger.children:
         lines.append(_child_line(child))
         if waits and child.child_id in waits:
             lines.append(f"         {waits[child.child_id]}")
+        for line in (details or {}).get(child.child_id, ()):
+            lines.append(f"         {line}")
     lines.append(f"  ledger snapshot {ledger.snapshot_seq}")
     lines.extend(f"  {note}" for note in notes)
     return "\n".join(lines)

@@ -99,6 +99,11 @@ class ReviewRefused(MissionRefused):
     """The mission takes no review now (already decided, not awaiting review, or closed)."""
 
 
+class VerdictPending(MissionRefused):
+    """A stop asked for before the verdict settled: stopping then would end children the verdict
+    still waits for (and fail an all-pass mission); abandoning a mission is what cancel is for."""
+
+
 class MissionIdUsed(ValueError):
     """A mission id that a mission already ran under: its ledger, fleet records and admission
     requests all carry that id, so a second mission under it would be mistaken for the first."""
@@ -306,6 +311,22 @@ class MissionControl:
         """Ask the mission to stop its long-lived children and close. `MissionClosed` if it has closed
         already (stopping is idempotent in intent: callers may take that as done)."""
         await self._deliver(mission_id, "stop", lambda handle: handle.signal("stop"))
+
+    async def stop_after_verdict(self, mission_id: str) -> MissionLedger:
+        """`stop`, only once the verdict has settled (the ledger says so); `VerdictPending` before,
+        `MissionClosed` if the mission has closed. Returns the ledger the decision was made on."""
+        description = await self._describe(mission_id, f"checking mission {mission_id}")
+        if description.status != WorkflowExecutionStatus.RUNNING:
+            raise MissionClosed(mission_id, "stop", await self._closed_as(mission_id, description.status))
+        ledger = await self.show(mission_id)
+        if not is_final(ledger):
+            raise VerdictPending(one_line(
+                f"mission {mission_id} has no verdict yet ({ledger.parent_state}: {ledger.aggregation.reason}); "
+                "stop ends long-lived children once the verdict has settled, and is refused before: to abandon "
+                f"the mission, `conductor mission cancel {mission_id}`"
+            ))
+        await self.stop(mission_id)
+        return ledger
 
     async def cancel(self, mission_id: str) -> None:
         """Cancel the mission: its children, runtime tasks and admission. `MissionClosed` if it has

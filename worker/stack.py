@@ -39,6 +39,7 @@ from substrate.server import SubstrateProcess, spawn
 from worker.config import WorkerConfig
 from worker.dev_secrets import TokenFiles, ensure_token_files
 from worker.devserver import DevServer, start_dev_server
+from worker.host_groups import create_host_group
 from worker.ports import claim
 from worker.worker import build_worker
 from workflows.admission.messages import ADMISSION_TASK_QUEUE
@@ -52,6 +53,8 @@ DEFAULT_SUBSTRATE_PORT = 8787
 DEFAULT_INSTANCES = 4
 DEFAULT_NAMESPACE = "default"
 LOCK_FILE = "dev.lock"
+DEFAULT_HOST_GROUP = "default"  # the host group MissionSpec.host_group defaults to
+DEV_OPERATOR = "conductor-dev"  # who the admission audit says created it
 
 
 class StackError(RuntimeError):
@@ -261,6 +264,15 @@ class DevStack:
                     client, self.worker_config, extra_workflows=self._extra_workflows, **self._worker_options
                 )
             await stack.enter_async_context(worker)
+        await self._create_default_host_group(client)
+
+    async def _create_default_host_group(self, client: Client) -> None:
+        """Missions name a host group that an operator created (`conductor mission run` refuses any
+        other): the dev stack creates `default`, with the worker's policy, as an operator would
+        (`conductor admission policy set`), unless it runs already (then its policy stays)."""
+        await create_host_group(
+            client, self.task_queue, DEFAULT_HOST_GROUP, self.worker_config.policy_for(DEFAULT_HOST_GROUP), DEV_OPERATOR,
+        )
 
     def _claim_ports(self) -> tuple[int, int, int]:
         temporal_port, ui_port, substrate_port = self._ports

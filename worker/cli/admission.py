@@ -24,10 +24,12 @@ from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
+from temporalio.service import RPCError
 
 from worker import admission_views as views
 from worker.admission_live import LiveAdmission, LiveError, open_client
 from worker.config import WorkerConfig
+from worker.host_groups import host_groups_table, list_host_groups
 from worker.inputs import InputError, check_argument, read_json, read_lines
 from worker.connection import ReconnectSettingError
 from worker.simulator import TraceError, check_moment, describe_validation_error, load_policy, simulate
@@ -87,6 +89,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                            "submitted_at (now) and queue_timeout_seconds may be left out.")
     what_if.add_argument("request", type=Path, metavar="REQUEST.json", help="request JSON file")
     what_if.set_defaults(func=run_what_if)
+
+    groups = commands.add_parser(
+        "host-groups", help="every host group (a running admission workflow) with its usage",
+        description="Every host group whose admission workflow runs, from Temporal visibility, with what its "
+        "workflow answers (read-only queries): requests queued, leases held, and used/maximum of every limit. A "
+        "host group whose workflow does not answer (no worker) is listed with a note instead of numbers.",
+    )
+    groups.add_argument("--json", action="store_true", help="print a JSON array for scripts instead of a table")
+    groups.set_defaults(func=run_host_groups)
 
     policy = commands.add_parser("policy", help="show or change a host group's live admission policy")
     policy_commands = policy.add_subparsers(dest="policy_command", required=True, metavar="COMMAND")
@@ -222,6 +233,27 @@ async def run_policy_show(args: argparse.Namespace, live: LiveAdmission) -> int:
     policy = await live.query("policy", result_type=AdmissionPolicy)
     _emit(args, views.as_json(policy), views.policy_table(policy))
     return 0
+
+
+def run_host_groups(args: argparse.Namespace) -> int:
+    async def main() -> int:
+        client = await open_client()
+        try:
+            rows = await list_host_groups(client)
+        except RPCError as error:
+            raise LiveError(f"Temporal refused to list the admission workflows: {error.message}") from None
+        now = datetime.now(timezone.utc)
+        _emit(args, [row.as_json(now) for row in rows], host_groups_table(rows, now))
+        return 0
+
+    try:
+        return asyncio.run(main())
+    except ReconnectSettingError as error:
+        print(f"conductor: {error}", file=sys.stderr)
+        return 2
+    except (LiveError, ConnectionError) as error:
+        print(f"conductor: {error}", file=sys.stderr)
+        return 1
 
 
 def run_what_if(args: argparse.Namespace) -> int:

@@ -22,18 +22,49 @@ from pathlib import Path
 from worker.inputs import InputError, label, read_json
 from worker.ledger_view import ProgressLines, render_ledger, render_progress
 from worker.mission_control import MissionControl, MissionSpecError, parse_spec
-from worker.stack import DEFAULT_DATA_DIR, DevStack, StackError
+from worker.stack import DEFAULT_DATA_DIR, DEFAULT_INSTANCES, DevStack, StackError
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    demo = subparsers.add_parser("demo", help="start the embedded stack and run a sample mission, watched live")
-    demo.add_argument("--data-dir", type=Path, default=DEFAULT_DATA_DIR)
+    demo = subparsers.add_parser(
+        "demo", help="start the embedded stack and run a sample mission, watched live",
+        description="Starts a Temporal dev server (with its Web UI), the local substrate and a worker, runs a "
+        "mission (the bundled one: one child of each workload kind, a quorum of three), prints its progress, "
+        "verdict and ledger, then stops it and the stack. Ports are free ones unless given, so a demo never "
+        "collides with a `conductor dev` or another demo. Through make: make demo DEMO_ARGS='--keep --ui-port 8233'.",
+        allow_abbrev=False,
+    )
+    demo.add_argument("--data-dir", type=Path, default=DEFAULT_DATA_DIR, help=f"state directory (default {DEFAULT_DATA_DIR})")
     demo.add_argument("--keep", action="store_true", help="stay up after the verdict (Ctrl-C to stop)")
     demo.add_argument("--spec", type=Path, default=None, help="run this mission spec instead of the bundled one")
-    demo.add_argument("--port", type=int, default=7233, help="Temporal gRPC port (0 picks a free one)")
-    demo.add_argument("--ui-port", type=int, default=8233, help="Temporal Web UI port (0 picks a free one)")
-    demo.add_argument("--substrate-port", type=int, default=8787, help="local substrate port (0 picks a free one)")
+    demo.add_argument("--temporal-port", "--port", dest="temporal_port", type=_port, default=0, metavar="PORT",
+                      help="Temporal gRPC port (default: a free one)")
+    demo.add_argument("--ui-port", type=_port, default=0, metavar="PORT", help="Temporal Web UI port (default: a free one)")
+    demo.add_argument("--substrate-port", type=_port, default=0, metavar="PORT",
+                      help="local substrate port (default: a free one)")
+    demo.add_argument("--instances", type=_instances, default=DEFAULT_INSTANCES, metavar="N",
+                      help=f"substrate executor instances (default {DEFAULT_INSTANCES}; the bundled mission needs 4)")
     demo.set_defaults(func=run_demo)
+
+
+def _port(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a port number: {text!r}") from None
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"must be 0-65535 (0: a free one), got {value}")
+    return value
+
+
+def _instances(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
 
 
 def _bundled_spec() -> dict:
@@ -72,7 +103,10 @@ def run_demo(args: argparse.Namespace) -> int:
 async def _demo(args: argparse.Namespace, spec) -> int:
     say = lambda text="": print(text, flush=True)  # noqa: E731
     say("starting the embedded stack: Temporal dev server + Web UI, local substrate, worker ...")
-    async with DevStack(args.data_dir, temporal_port=args.port, ui_port=args.ui_port, substrate_port=args.substrate_port) as stack:
+    async with DevStack(
+        args.data_dir, temporal_port=args.temporal_port, ui_port=args.ui_port, substrate_port=args.substrate_port,
+        instances=args.instances,
+    ) as stack:
         control = MissionControl(stack.client, stack.task_queue)
         say(f"  Temporal       {stack.temporal_address}")
         say(f"  Web UI         {stack.ui_url}")
@@ -95,7 +129,7 @@ async def _demo(args: argparse.Namespace, spec) -> int:
         say()
         say(render_ledger(ledger))
         say()
-        say(f"verdict: {verdict}. See it in the UI: {stack.ui_url}/namespaces/default/workflows/mission:{spec.mission_id}")
+        say(f"See it in the UI: {stack.ui_url}/namespaces/{stack.namespace}/workflows/mission:{spec.mission_id}")
         if args.keep:
             say("staying up (--keep); long-lived children stay supervised. Ctrl-C stops everything.")
             try:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import getpass
 import json
 import os
@@ -28,6 +29,9 @@ from worker.connection import CLI_RETRY_CONFIG, ReconnectSettingError, connect
 from worker.inputs import InputError, check_argument, label, one_line, read_json
 from worker.ledger_view import ProgressLines, progress_record, render_ledger, render_progress
 from worker.mission_list import MAX_LIMIT, MISSION_STATES, list_missions, mission_query, missions_table
+from worker.admission_live import LiveError
+from worker.child_output import LOG_TAIL_BYTES, STDERR_TAIL_BYTES, ExecutorReader, LogPrinter, failure_lines, read_streams
+from worker.host_groups import create_host_group, require_host_group
 from worker.mission_waits import admission_waits
 from worker.mission_control import (
     MissionClosed,
@@ -37,23 +41,38 @@ from worker.mission_control import (
     MissionSpecError,
     parse_spec,
 )
+from workflows.admission.model import OperatorName
+from workflows.mission.aggregation import is_final, live_children
 from workflows.mission.ledger import MissionLedger
 from workflows.mission.messages import ReviewRequest, mission_workflow_id
-from workflows.mission.spec import MissionSpec, SpecId
+from workflows.mission.spec import LONG_LIVED_KINDS, MissionSpec, SpecId
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     mission = subparsers.add_parser("mission", help="start and operate missions")
     commands = mission.add_subparsers(dest="mission_command", required=True, metavar="COMMAND")
 
-    start = commands.add_parser("start", help="start a mission from a spec file; prints its id")
+    start = commands.add_parser(
+        "start", help="start a mission from a spec file; prints its id", epilog=SPEC_EPILOG,
+    )
     start.add_argument("spec", type=Path, help="mission spec (JSON); - reads standard input")
+    _host_group_option(start)
     start.set_defaults(func=lambda args: _run(_start(args)))
 
-    run = commands.add_parser("run", help="start a mission and wait for its verdict; exit 0 only if it completed")
+    run = commands.add_parser(
+        "run", help="start a mission and wait for its verdict; exit 0 only if it completed", epilog=SPEC_EPILOG,
+    )
     run.add_argument("spec", type=Path, help="mission spec (JSON); - reads standard input")
     run.add_argument("--json", action="store_true", help="print the final ledger as JSON")
+    _host_group_option(run)
     run.set_defaults(func=lambda args: _run(_run_mission(args)))
+
+    schema = commands.add_parser(
+        "schema", help="print the JSON Schema of a mission spec",
+        description="The JSON Schema (draft 2020-12) of MissionSpec, for editors and validators; every field is "
+        "explained in docs/mission-spec.md.",
+    )
+    schema.set_defaults(func=_schema)
 
     watch = commands.add_parser(
         "watch", help="follow a mission until its workflow closes, a line per change",
@@ -88,6 +107,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     show.add_argument("--json", action="store_true")
     show.set_defaults(func=lambda args: _run(_show(args)))
 
+    logs = commands.add_parser(
+        "logs", help="print a child's output and log (stdout and stderr on the local substrate)",
+        description="From the child's ledger entry: its output and the artifacts its executor reported (a "
+        "file:// artifact is read when the file is on this machine; otherwise a line says where it is). "
+        "The executor reports them when a run ends, so a long-lived child shows them once it stops or, for "
+        "a collector, after each run.",
+    )
+    logs.add_argument("mission_id")
+    logs.add_argument("child_id", metavar="CHILD")
+    logs.add_argument("--follow", "-f", action="store_true", help="keep printing what is new until the child ends")
+    logs.set_defaults(func=lambda args: _run(_logs(args)))
+
     review = commands.add_parser("review", help="approve or reject a manual-review mission (audited)")
     review.add_argument("mission_id")
     decision = review.add_mutually_exclusive_group(required=True)
@@ -97,13 +128,39 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     review.add_argument("--reason", required=True)
     review.set_defaults(func=lambda args: _run(_review(args)))
 
-    stop = commands.add_parser("stop", help="stop a mission's long-lived children and close it")
+    stop = commands.add_parser(
+        "stop", help="once the verdict has settled: stop a mission's long-lived children and close it",
+        description="Stops the daemons, agents and collectors that run on after the verdict, releases their "
+        "leases and closes the mission. Refused (exit 1) before the verdict settles: to abandon a mission, "
+        "`conductor mission cancel ID`.",
+    )
     stop.add_argument("mission_id")
     stop.set_defaults(func=lambda args: _run(_signal(args, "stop")))
 
     cancel = commands.add_parser("cancel", help="cancel a mission: children, runtime tasks and admission")
     cancel.add_argument("mission_id")
     cancel.set_defaults(func=lambda args: _run(_signal(args, "cancel")))
+
+
+SPEC_EPILOG = (
+    "The spec format: `conductor mission schema` prints its JSON Schema; docs/mission-spec.md explains every "
+    "field, with an example per aggregation mode and workload kind."
+)
+
+
+def _host_group_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--create-host-group", action="store_true",
+        help="if the spec's host_group has no admission workflow yet, create it with the default policy "
+        "($CONDUCTOR_ADMISSION_POLICY, else the built-in one), as `conductor admission policy set` would, audited "
+        "under your user name; without it such a spec is refused",
+    )
+
+
+def _schema(args: argparse.Namespace) -> int:
+    schema = {"$schema": "https://json-schema.org/draft/2020-12/schema", **MissionSpec.model_json_schema()}
+    print(json.dumps(schema, indent=2))
+    return 0
 
 
 WATCH_DESCRIPTION = """\
@@ -155,6 +212,8 @@ def _run(coroutine: Coroutine[Any, Any, int]) -> int:
         # idempotent, so it succeeds; a cancel or review of one did not happen, so it fails.
         code, message = (0 if error.operation == "stop" else 1), str(error)
     except MissionRefused as error:  # no such mission, a review refused: the server says no
+        code, message = 1, str(error)
+    except LiveError as error:  # creating a host group: the admission workflow or the server said no
         code, message = 1, str(error)
     except BrokenPipeError:  # the reader of our output left: worker.cli.main answers that
         raise
@@ -247,9 +306,34 @@ async def _control() -> MissionControl:
     return MissionControl(await connect(retry_config=CLI_RETRY_CONFIG), WorkerConfig.from_env().task_queue)
 
 
+def _operator() -> str:
+    """Who creates a host group, as the admission audit will name them: the current user."""
+    try:
+        name = os.environ.get("USER") or getpass.getuser()
+    except Exception:  # no USER and no passwd entry (some containers)
+        raise InputError("cannot tell who you are for --create-host-group: set USER") from None
+    return check_argument(OperatorName, name, "--create-host-group (your user name, $USER)")
+
+
+async def _host_group_ready(control: MissionControl, spec: MissionSpec, create: bool) -> None:
+    """The spec's host group must exist (a typo would otherwise create a new admission workflow with
+    the default policy); `--create-host-group` creates it through the audited policy change."""
+    if create:
+        config = WorkerConfig.from_env()
+        operator = _operator()
+        created = await create_host_group(
+            control.client, config.task_queue, spec.host_group, config.policy_for(spec.host_group), operator,
+        )
+        if created:
+            print(f"created host group {spec.host_group} with the default admission policy (by {operator})", file=sys.stderr)
+        return
+    await require_host_group(control.client, spec.host_group)
+
+
 async def _start(args: argparse.Namespace) -> int:
     spec = _load_spec(args.spec)
     control = await _control()
+    await _host_group_ready(control, spec, args.create_host_group)
     print(await control.start(spec))
     return 0
 
@@ -257,12 +341,31 @@ async def _start(args: argparse.Namespace) -> int:
 async def _run_mission(args: argparse.Namespace) -> int:
     spec = _load_spec(args.spec)
     control = await _control()
+    await _host_group_ready(control, spec, args.create_host_group)
     await control.start(spec)
     if not args.json:
         print(f"mission {spec.mission_id} started; waiting for its verdict", file=sys.stderr)
     ledger = await _waiting(spec.mission_id, control.wait_for_verdict(spec.mission_id), "waiting for the verdict")
-    _print_ledger(ledger, args.json)
+    _print_ledger(ledger, args.json, None if args.json else await failure_details(ledger))
+    running_on = still_running_note(ledger)
+    if running_on:
+        print(running_on, file=sys.stderr if args.json else sys.stdout)
     return 0 if ledger.parent_state == "completed" else 1
+
+
+def still_running_note(ledger: MissionLedger) -> str | None:
+    """What `mission run` adds when the verdict settled while long-lived children still run: they
+    keep their leases until stopped, so say which, and the command that stops them."""
+    live = set(live_children(ledger))
+    long_lived = [c.child_id for c in ledger.children if c.child_id in live and c.kind in LONG_LIVED_KINDS]
+    if not long_lived or not is_final(ledger) or ledger.parent_state == "cancelled":
+        return None
+    names = ", ".join(long_lived[:10]) + (f" and {len(long_lived) - 10} more" if len(long_lived) > 10 else "")
+    return (
+        f"the verdict has settled, but mission {ledger.mission_id} still runs {names} (long-lived, holding "
+        f"{'its lease' if len(long_lived) == 1 else 'their leases'}): `conductor mission stop {ledger.mission_id}` "
+        "stops them and closes the mission"
+    )
 
 
 async def _watch(args: argparse.Namespace) -> int:
@@ -339,7 +442,73 @@ async def _show(args: argparse.Namespace) -> int:
         _print_ledger(ledger, True)
         return 0
     waits, notes = await admission_waits(control, mission_id, ledger)
-    print(render_ledger(ledger, waits=waits, notes=notes))
+    print(render_ledger(ledger, waits=waits, notes=notes, details=await failure_details(ledger)))
+    return 0
+
+
+FAILED_PROCESS_STATES = ("failed", "timed-out")
+
+
+@contextlib.asynccontextmanager
+async def _executor_reader():
+    """A reader of the executor plane (where a child's output lives), or why there is none."""
+    reader, problem = ExecutorReader.from_env(WorkerConfig.from_env().executor_url)
+    try:
+        yield reader, problem
+    finally:
+        if reader is not None:
+            await reader.aclose()
+
+
+async def failure_details(ledger: MissionLedger) -> dict[str, list[str]]:
+    """child_id -> how it ended and its stderr's tail, for each child whose process failed."""
+    failed = [c for c in ledger.children if c.outcome == "failed" and c.observed_state in FAILED_PROCESS_STATES]
+    if not failed:
+        return {}
+    async with _executor_reader() as (reader, problem):
+        streams = await asyncio.gather(*(read_streams(c, reader, problem, STDERR_TAIL_BYTES) for c in failed))
+    return {child.child_id: failure_lines(child, found) for child, found in zip(failed, streams)}
+
+
+FOLLOW_INTERVAL = 1.0  # seconds between reads of the ledger with --follow
+
+
+def _child_of(ledger: MissionLedger, child_id: str):
+    """The child's ledger entry; `MissionRefused` (one line naming the children) if there is none."""
+    try:
+        return ledger.child(child_id)
+    except ValueError as error:
+        more = f" and {len(ledger.children) - 10} more" if len(ledger.children) > 10 else ""
+        raise MissionRefused(f"{error}{more}") from None
+
+
+async def _logs(args: argparse.Namespace) -> int:
+    mission_id = _mission_id(args)
+    child_id = check_argument(SpecId, args.child_id, "child id")
+    control = await _control()
+    ledger = await control.show(mission_id)
+    child = _child_of(ledger, child_id)
+    printer = LogPrinter(child_id, lambda text: print(text, end="", flush=True))
+    async with _executor_reader() as (reader, problem):
+        printed = printer.emit(await read_streams(child, reader, problem, LOG_TAIL_BYTES))
+        if not args.follow:
+            if not printed:
+                print(f"conductor: {child_id} has reported no output or log yet ({child.observed_state})", file=sys.stderr)
+            return 0
+
+        async def follow() -> None:
+            nonlocal ledger, child
+            while child_id in live_children(ledger):
+                await asyncio.sleep(FOLLOW_INTERVAL)
+                try:
+                    ledger = await control.show(mission_id)
+                except MissionClosed:
+                    return
+                child = ledger.child(child_id)
+                printer.emit(await read_streams(child, reader, problem, LOG_TAIL_BYTES))
+
+        await _waiting(mission_id, follow(), f"following {child_id}")
+    print(f"conductor: {child_id} has ended ({child.observed_state})", file=sys.stderr)
     return 0
 
 
@@ -357,13 +526,13 @@ async def _review(args: argparse.Namespace) -> int:
 async def _signal(args: argparse.Namespace, what: str) -> int:
     mission_id = _mission_id(args)
     control = await _control()
-    await (control.stop if what == "stop" else control.cancel)(mission_id)
+    await (control.stop_after_verdict if what == "stop" else control.cancel)(mission_id)
     print(f"{what} requested for mission {mission_id}")
     return 0
 
 
-def _print_ledger(ledger: MissionLedger, as_json: bool) -> None:
+def _print_ledger(ledger: MissionLedger, as_json: bool, details: dict[str, list[str]] | None = None) -> None:
     if as_json:
         print(ledger.model_dump_json(indent=2))
     else:
-        print(render_ledger(ledger))
+        print(render_ledger(ledger, details=details))

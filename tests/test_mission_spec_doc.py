@@ -1,0 +1,66 @@
+"""The spec is documented where a newcomer looks: `conductor mission schema` prints the JSON Schema
+of MissionSpec, and every example in docs/mission-spec.md is a spec the model accepts (and the
+schema too), with one per aggregation mode and one per workload kind, and every field explained."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import jsonschema
+import pytest
+
+from tests.cli_support import conductor_now
+from workflows.mission.spec import ChildSpec, MissionSpec
+
+DOC = Path(__file__).resolve().parent.parent / "docs" / "mission-spec.md"
+AGGREGATION_MODES = {"all-pass", "quorum", "best-output", "fail-fast", "manual-review"}
+KINDS = {"one-shot-command", "daemon", "persistent-agent", "scheduled-collector"}
+
+
+def examples() -> list[dict]:
+    blocks = re.findall(r"```json\n(.*?)```", DOC.read_text(encoding="utf-8"), flags=re.DOTALL)
+    assert blocks, f"no ```json blocks in {DOC}"
+    return [json.loads(block) for block in blocks]
+
+
+def test_schema_is_the_models_and_accepts_what_the_model_accepts(capsys):
+    result = conductor_now(capsys, "mission", "schema")
+    assert result.code == 0 and result.err == ""
+    schema = result.json
+    jsonschema.Draft202012Validator.check_schema(schema)
+    assert schema["title"] == "MissionSpec" and set(schema["required"]) == {"mission_id", "orchestrator_id", "goal", "children"}
+    bundled = json.loads((Path(__file__).resolve().parent.parent / "worker" / "examples" / "mission.json").read_text())
+    jsonschema.validate(bundled, schema)
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate({**bundled, "mission_idd": "typo"}, schema)  # unknown fields are refused, as by the model
+
+
+@pytest.mark.parametrize("index", range(len(examples())))
+def test_every_example_in_the_doc_is_a_valid_spec(index, capsys):
+    example = examples()[index]
+    spec = MissionSpec.model_validate(example)
+    jsonschema.validate(example, conductor_now(capsys, "mission", "schema").json)
+    assert spec.mission_id == example["mission_id"]
+
+
+def test_the_doc_has_an_example_per_aggregation_mode_and_kind_and_explains_every_field():
+    specs = [MissionSpec.model_validate(example) for example in examples()]
+    assert {spec.aggregation.mode for spec in specs} >= AGGREGATION_MODES
+    assert {child.kind for spec in specs for child in spec.children} >= KINDS
+    # Each mode and kind also has an example of its own (a spec of one mode, a child of one kind).
+    explicit_modes = {example["aggregation"]["mode"] for example in examples() if "aggregation" in example}
+    assert explicit_modes >= AGGREGATION_MODES
+    text = DOC.read_text(encoding="utf-8")
+    for field in [*MissionSpec.model_fields, *ChildSpec.model_fields]:
+        assert f"| `{field}` |" in text, f"docs/mission-spec.md does not explain {field}"
+
+
+@pytest.mark.parametrize("command", ["run", "start"])
+def test_run_and_start_help_point_to_the_schema_and_the_doc(command, capsys):
+    with pytest.raises(SystemExit) as exited:
+        conductor_now(capsys, "mission", command, "--help")
+    assert exited.value.code == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "conductor mission schema" in out and "docs/mission-spec.md" in out and "--create-host-group" in out
