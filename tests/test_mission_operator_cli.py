@@ -18,10 +18,12 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from tests.cli_support import Result, conductor, without_profiles
 from tests.mission_harness import POLICY, mission_harness
+from tests.polling import eventually
 from tests.substrate_fixtures import substrate  # noqa: F401  (fixture)
 from tests.substrate_support import EXECUTOR_TOKEN
 from worker.child_output import local_path, read_file_tail
 from worker.config import DEFAULT_POLICY
+from worker.stack import DevStack
 from workflows.admission.messages import admission_workflow_id
 from workflows.admission.model import AdmissionPolicy, AuditEvent
 from workflows.mission.messages import mission_workflow_id
@@ -281,3 +283,39 @@ def test_a_file_artifact_elsewhere_is_named_not_read(tmp_path):
     assert tail.text is None and "not a file on this machine" in tail.problem
     assert "not readable here" in read_file_tail((tmp_path / "gone.txt").as_uri(), "stderr", 10).problem
     assert "not a file on this machine" in read_file_tail("s3://bucket/key", "stderr", 10).problem
+
+
+# --- the dev stack creates `default` ------------------------------------------------------------------
+
+
+async def test_the_dev_stack_creates_the_default_host_group_and_keeps_its_policy(tmp_path, monkeypatch, capsys):
+    without_profiles(monkeypatch, tmp_path, "CONDUCTOR_EXECUTOR_TOKEN", "CONDUCTOR_FLEET_TOKEN")
+    monkeypatch.setenv("CONDUCTOR_RECONNECT_SECONDS", "5")
+    data = tmp_path / "data"
+    custom = tmp_path / "policy.json"
+    custom.write_text(json.dumps({"max_concurrent": 5, "runtime_quotas": {"host": 5}}))
+    async with DevStack(data, temporal_port=0, ui_port=0, substrate_port=0, instances=1) as stack:
+        for key, value in stack.cli_environment().items():
+            monkeypatch.setenv(key, value)
+        admission = stack.client.get_workflow_handle(admission_workflow_id("default"))
+        assert await admission.query("policy", result_type=AdmissionPolicy) == stack.worker_config.policy_for("default")
+        audit = await admission.query("audit", 50, result_type=list[AuditEvent])
+        assert [e.reason for e in audit if e.type == "policy-changed"] == ["policy changed by conductor-dev"]
+
+        spec = {"mission_id": f"on-default-{uuid.uuid4().hex[:6]}", "orchestrator_id": "tests", "goal": "the default host group",
+                "children": [one_shot("only", "echo hi")]}  # host_group left out: "default"
+        run = await conductor(capsys, "mission", "run", write_spec(tmp_path, spec))
+        assert run.code == 0 and "created host group" not in run.err, run
+
+        async def listed() -> list | None:
+            result = await conductor(capsys, "admission", "host-groups", "--json")
+            return result.json if result.code == 0 and result.json else None
+
+        rows = await eventually(listed, "the default host group in visibility", 30)
+        assert [row["host_group"] for row in rows] == ["default"]
+        changed = await conductor(capsys, "admission", "policy", "set", "--host-group", "default", str(custom))
+        assert changed.code == 0, changed
+    # Started again on the same data: the admission workflow runs on, and the operator's policy stays.
+    async with DevStack(data, temporal_port=0, ui_port=0, substrate_port=0, instances=1) as again:
+        admission = again.client.get_workflow_handle(admission_workflow_id("default"))
+        assert (await admission.query("policy", result_type=AdmissionPolicy)).max_concurrent == 5
