@@ -1,7 +1,8 @@
 """A2A wire models for the Agentic Sandbox executor plane, and the runtime extension we put on them.
 
-Pure data (no I/O), shared by the fleet client and the local substrate so both sides speak
-exactly one shape. The models follow the A2A protocol JSON (camelCase, `kind` discriminators):
+Pure data (no I/O): what the fleet client sends (`build_message`). Responses are read through
+`activities.agentic_sandbox_api`; the local substrate has its own reading (`substrate/wire.py`).
+The models follow the A2A protocol JSON (camelCase, `kind` discriminators):
 `Message{kind:"message", messageId, role, parts[], contextId?, taskId?, metadata?, ...}`,
 `Task{kind:"task", id, contextId, status{state, message?, timestamp?}, artifacts?, ...}`,
 `Artifact{artifactId, name?, parts[], metadata?}`, parts `{kind:"text", text}` / `{kind:"data", data}`.
@@ -31,10 +32,8 @@ A2A extensions do. The same `messageId` always yields the same task (idempotency
 
 Task states and fleet observed states
 -------------------------------------
-`task_state_for(observed)` and `observed_state_for(kind, task_state)` are the single mapping
-both directions use; the fleet record stays the source of truth, the task is its projection.
-`unknown` and `operator-review-required` project to the A2A `unknown` state (fail closed:
-never `completed`).
+The executor never writes a workload record: the fleet plane projects a bound task's state into
+it on reads (agentic-sandbox `management/src/http/fleet.rs` `project_task_observation`).
 """
 
 from __future__ import annotations
@@ -199,70 +198,3 @@ def prompt_of(message: Message) -> str:
 def requested_extensions(header_values: list[str]) -> set[str]:
     """Extension URIs from one or more (comma-separated) `A2A-Extensions` header values."""
     return {uri.strip() for value in header_values for uri in value.split(",") if uri.strip()}
-
-
-_TASK_STATE_FOR_OBSERVED: dict[str, TaskState] = {
-    "pending": "submitted",
-    "admitted": "submitted",
-    "starting": "submitted",
-    "running": "working",
-    "healthy": "working",
-    "degraded": "working",
-    "restarting": "working",
-    "scheduled": "working",
-    "missed": "working",
-    "catching-up": "working",
-    "stopping": "working",
-    "detached": "working",
-    "retained": "working",
-    "blocked": "input-required",
-    "succeeded": "completed",
-    "failed": "failed",
-    "timed-out": "failed",
-    "cancelled": "canceled",
-    "unknown": "unknown",
-    "operator-review-required": "unknown",
-}
-
-_WORKING_STATE_FOR_KIND: dict[str, str] = {
-    "one-shot-command": "running",
-    "daemon": "healthy",
-    "persistent-agent": "running",
-    "scheduled-collector": "scheduled",
-}
-
-_OBSERVED_FOR_TASK_STATE: dict[str, str] = {
-    "submitted": "starting",
-    "input-required": "blocked",
-    "auth-required": "blocked",
-    "completed": "succeeded",
-    "failed": "failed",
-    "canceled": "cancelled",
-    "rejected": "failed",
-    "unknown": "unknown",
-}
-
-
-def task_state_for(observed_state: str) -> TaskState:
-    """The A2A task state that projects a fleet observed state."""
-    try:
-        return _TASK_STATE_FOR_OBSERVED[observed_state]
-    except KeyError:
-        raise ValueError(f"not a fleet observed state: {observed_state!r}") from None
-
-
-def observed_state_for(kind: str, task_state: str) -> str:
-    """The fleet observed state a task state stands for, for a workload of `kind`.
-
-    `working` depends on the kind (a daemon that is up is `healthy`, a collector between
-    runs is `scheduled`); `rejected` is a failure (nothing ran); `unknown` stays unknown.
-    """
-    if task_state == "working":
-        try:
-            return _WORKING_STATE_FOR_KIND[kind]
-        except KeyError:
-            raise ValueError(f"not a workload kind: {kind!r}") from None
-    try:
-        return _OBSERVED_FOR_TASK_STATE[task_state]
-    except KeyError:
-        raise ValueError(f"not an A2A task state: {task_state!r}") from None

@@ -221,6 +221,10 @@ class TaskStatus(_A2AResponse):
     terminal_at: str | None = Field(default=None, alias="terminal_at")
     error: Any = None
     summary: Any = None
+    # what agent_message_dispatch.rs `spawn_observer` writes into a terminal status
+    exit_code: int | None = Field(default=None, alias="exit_code")
+    task_id: str | None = Field(default=None, alias="task_id")
+    mission_id: str | None = Field(default=None, alias="mission_id")
 
 
 class Artifact(_A2AResponse):

@@ -19,11 +19,16 @@ import httpx
 import pytest
 from pydantic import ValidationError
 
+from temporalio.testing import ActivityEnvironment
+
 from activities.a2a import Dispatch
+from activities.fleet import FleetActivities, task_view
 from activities.agentic_sandbox_api import (
     RUNTIME_EXTENSION,
     ReconcileRequest,
     RuntimeIdentity,
+    Task,
+    TaskArtifacts,
     reset_unknown_field_warnings,
 )
 from activities.sandbox_client import (
@@ -36,7 +41,7 @@ from activities.sandbox_client import (
     error_from_response,
 )
 from workflows.contract import WorkloadStatus
-from workflows.workload.messages import Target
+from workflows.workload.messages import DispatchAndRead, Dispatched, DispatchTask, TaskDispatch, Target
 
 FIXTURES = Path(__file__).parent / "fixtures" / "agentic_sandbox"
 BASE = "http://sandbox.test"
@@ -161,8 +166,8 @@ async def test_task_without_context_id_and_with_extra_status_fields(executor: Ex
     assert (submitted.id, submitted.status.state, submitted.context_id) == ("task-7", "submitted", None)
     failed = await executor.get_task(HOST_ID, "task-8")
     assert failed.terminal and failed.context_id is None
-    assert (failed.status.fail_kind, failed.status.terminal_at) == ("runtime", "2026-12-01T12:00:03.000000+00:00")
-    assert failed.status.summary == "exit status 2"
+    assert (failed.status.fail_kind, failed.status.terminal_at) == ("application", "2026-12-01T12:00:03.000000+00:00")
+    assert failed.status.summary == "command cmd-42 exited 2" and failed.status_text() == "command cmd-42 exited 2"
 
 
 # --- row 4: every POST under /agents carries the runtime extension ---------------------------
@@ -212,3 +217,86 @@ async def test_requests_stay_strict() -> None:
         RuntimeIdentity.model_validate({"task_id": "t-1", "tusk_id": "typo"})
     with pytest.raises(ValidationError):
         ReconcileRequest.model_validate({"before_revision": 0, "child_ids": []})
+
+
+# --- row 7 (client side): the orchestrator binds the task with an observation ----------------
+
+
+class BindingServer(RealServer):
+    """The real server over one workload `c-1`: unbound after dispatch, bound once an observation
+    lands, then projected from its completed task (fleet.rs `get_workload` + `project_task_observation`)."""
+
+    def __init__(self, *, observe_answer: str = "observation", landed: bool = True) -> None:
+        super().__init__()
+        self.bound = False
+        self.observe_answer = observe_answer
+        self.landed = landed  # does the observation land (also when its answer says otherwise)?
+
+    def route(self, method: str, path: str) -> str:
+        agents = f"/agents/{HOST_ID}/v1"
+        if (method, path) == ("GET", "/api/v2/fleet/workloads/c-1"):
+            return "workload-bound-succeeded" if self.bound else "workload-unbound"
+        if (method, path) == ("POST", "/api/v2/fleet/workloads/c-1/observations"):
+            self.bound = self.bound or self.landed
+            return self.observe_answer
+        if (method, path) == ("GET", f"{agents}/tasks/task-7"):
+            return "task-completed"
+        if (method, path) == ("GET", f"{agents}/tasks/task-7/artifacts"):
+            return "task-artifacts"
+        return super().route(method, path)
+
+    def observations(self) -> list[dict[str, Any]]:
+        return [json.loads(r.content) for r in self.requests if r.url.path.endswith("/observations")]
+
+
+def dispatch_and_read_request(wait: float = 1.0) -> DispatchAndRead:
+    return DispatchAndRead(
+        dispatch=DispatchTask(instance_id=HOST_ID, dispatch=TaskDispatch(
+            message_id="m-1:c-1", child_id="c-1", kind="one-shot-command", prompt="echo hello world")),
+        child_id="c-1", wait_for_end_seconds=wait,
+    )  # fmt: skip
+
+
+async def run_dispatch_and_read(server: BindingServer, request: DispatchAndRead) -> Dispatched:
+    activities = FleetActivities(BASE, BASE, "admin-token", "operator-token", transport=httpx.MockTransport(server))
+    try:
+        return await ActivityEnvironment().run(activities.dispatch_and_read, request)
+    finally:
+        await activities.aclose()
+
+
+async def test_dispatch_binds_the_task_by_observation_and_reads_its_output_from_the_artifacts() -> None:
+    server = BindingServer()
+    dispatched = await run_dispatch_and_read(server, dispatch_and_read_request())
+    [observation] = server.observations()
+    assert observation["runtime_identity"] == {"task_id": "task-7"}
+    assert (observation["expected_revision"], observation["status"]["revision"]) == (1, 2)
+    assert observation["status"]["observed_state"] == "starting"
+    assert dispatched.record.lineage.task_id == "task-7" and dispatched.record.status.observed_state == "succeeded"
+    # row 6: the output is the stdout chunks of the artifacts route, in seq order (stderr left out)
+    assert dispatched.output is not None and dispatched.output.output == "hello world\n"
+    paths = [r.url.path for r in server.requests]
+    assert paths[-1] == f"/agents/{HOST_ID}/v1/tasks/task-7/artifacts"
+
+
+async def test_a_retry_after_the_binding_landed_binds_nothing_again() -> None:
+    server = BindingServer()
+    await run_dispatch_and_read(server, dispatch_and_read_request())
+    again = await run_dispatch_and_read(server, dispatch_and_read_request())  # the answer was lost: retried
+    sends = [json.loads(r.content)["message"]["messageId"] for r in server.requests if r.url.path.endswith(":send")]
+    assert sends == ["m-1:c-1", "m-1:c-1"]  # the same idempotency key, so the same task
+    assert len(server.observations()) == 1  # the record already named task-7: nothing written twice
+    assert again.record.lineage.task_id == "task-7"
+
+
+async def test_a_stale_answer_to_a_binding_that_landed_is_recognised_as_landed() -> None:
+    # The observation landed but its answer was a 409 (e.g. the write raced a projection).
+    server = BindingServer(observe_answer="stale-revision", landed=True)
+    dispatched = await run_dispatch_and_read(server, dispatch_and_read_request())
+    assert len(server.observations()) == 1 and dispatched.record.lineage.task_id == "task-7"
+
+
+async def test_the_artifacts_output_is_cut_to_the_callers_limit() -> None:
+    artifacts = TaskArtifacts.model_validate(fixture("task-artifacts")["body"])
+    view = task_view(HOST_ID, Task.model_validate(fixture("task-completed")["body"]), 5, artifacts)
+    assert (view.output, view.output_truncated, view.status_text) == ("hello", True, "command cmd-41 exited 0")

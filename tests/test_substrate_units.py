@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pickle
 import threading
-import typing
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -14,7 +13,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import worker.cli
-from activities.a2a import TERMINAL_TASK_STATES, observed_state_for, task_state_for
 from activities.credentials import BearerToken, MissingCredential, executor_token, fleet_token
 from activities.sandbox_client import (
     FleetRejected,
@@ -31,7 +29,7 @@ from substrate.errors import SubstrateError
 from substrate.fleet import FleetService
 from substrate.store import Store
 from tests.substrate_support import make_record
-from workflows.contract import ObservedState, WorkloadStatus, to_wire
+from workflows.contract import WorkloadStatus, to_wire
 
 # --- cron ----------------------------------------------------------------------------------
 
@@ -109,31 +107,7 @@ def test_cron_next_after_agrees_with_a_minute_by_minute_search(
         probe += timedelta(minutes=1)
 
 
-# --- A2A task states <-> fleet observed states ------------------------------------------------
-
-
-def test_every_observed_state_projects_to_a_task_state_and_only_success_completes() -> None:
-    for state in typing.get_args(ObservedState):
-        task_state = task_state_for(state)
-        assert (task_state == "completed") == (state == "succeeded")
-        if state in ("unknown", "operator-review-required"):
-            assert task_state == "unknown"  # fail closed, and terminal for the task
-        if state in ("failed", "timed-out", "cancelled", "succeeded"):
-            assert task_state in TERMINAL_TASK_STATES
-
-
-@pytest.mark.parametrize(
-    ("kind", "working"),
-    [("one-shot-command", "running"), ("daemon", "healthy"), ("persistent-agent", "running"),
-     ("scheduled-collector", "scheduled")],
-)  # fmt: skip
-def test_task_states_map_back_per_kind(kind: str, working: str) -> None:
-    assert observed_state_for(kind, "working") == working
-    assert task_state_for(working) == "working"
-    for state in ("submitted", "completed", "failed", "canceled", "unknown"):
-        assert task_state_for(observed_state_for(kind, state)) == state
-    assert observed_state_for(kind, "rejected") == "failed"
-    assert observed_state_for(kind, "input-required") == observed_state_for(kind, "auth-required") == "blocked"
+# The task state -> record state table: the projection tests at the end of this file.
 
 
 # --- credentials ---------------------------------------------------------------------------
