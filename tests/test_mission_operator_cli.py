@@ -24,7 +24,7 @@ from tests.substrate_support import EXECUTOR_TOKEN
 from worker.child_output import local_path, read_file_tail
 from worker.config import DEFAULT_POLICY
 from worker.stack import DevStack
-from workflows.admission.messages import admission_workflow_id
+from workflows.admission.messages import AdmissionWorkflowInput, admission_workflow_id
 from workflows.admission.model import AdmissionPolicy, AuditEvent
 from workflows.mission.messages import mission_workflow_id
 
@@ -139,12 +139,18 @@ async def test_host_groups_lists_each_with_its_usage(dev_client: Client, substra
         policy_file.write_text(json.dumps({"max_concurrent": 3, "environment_quotas": {"prod": 1}}))
         set_policy = await conductor(capsys, "admission", "policy", "set", "--host-group", idle_group, str(policy_file))
         assert set_policy.code == 0, set_policy
+        # A host group whose admission workflow no worker runs is listed all the same, with a note.
+        dead_group = f"dead-{h.suffix}"
+        await dev_client.start_workflow(
+            "AdmissionWorkflow", AdmissionWorkflowInput(host_group=dead_group, policy=DEFAULT_POLICY),
+            id=admission_workflow_id(dead_group), task_queue=f"tq-nobody-{h.suffix}",
+        )
 
         async def listed() -> dict | None:
             result = await conductor(capsys, "admission", "host-groups", "--json")
             assert result.code == 0, result
             rows = {row["host_group"]: row for row in result.json}
-            return rows if {busy["host_group"], idle_group} <= set(rows) else None
+            return rows if {busy["host_group"], idle_group, dead_group} <= set(rows) else None
 
         rows = await h.until(listed, "both host groups in visibility")
         row = rows[busy["host_group"]]
@@ -156,13 +162,18 @@ async def test_host_groups_lists_each_with_its_usage(dev_client: Client, substra
         assert idle["leases"] == 0 and idle["queued"] == 0
         assert {u["limit"]: (u["used"], u["maximum"]) for u in idle["usage"]}["global"] == (0, 3)
 
+        dead = rows[dead_group]
+        assert (dead["queued"], dead["leases"], dead["usage"]) == (None, None, []) and dead["note"], dead
+
         table = await conductor(capsys, "admission", "host-groups")
         assert table.code == 0 and table.err == ""
         lines = {line.split()[0]: line for line in table.out.splitlines()[1:]}
         assert table.out.splitlines()[0].split()[:3] == ["HOST", "GROUP", "QUEUED"]
         assert lines[busy["host_group"]].split()[1:4] == ["0", "1", "1/8"]
         assert "environment prod 0/1" in lines[idle_group]
+        assert lines[dead_group].split()[1:4] == ["-", "-", "-"] and "not read: " in lines[dead_group]
         await h.control.stop(busy["mission_id"])
+        await dev_client.get_workflow_handle(admission_workflow_id(dead_group)).terminate("test over")
 
 
 # --- lifetimes ---------------------------------------------------------------------------------------

@@ -83,7 +83,11 @@ async def _row(client: Client, host_group: str, started: datetime) -> HostGroupR
         row.queued, row.queued_more = min(len(queue), QUEUE_ROWS), len(queue) > QUEUE_ROWS
         row.leases = len(await live.query("leases", result_type=list[LeaseRow], timeout=QUERY_TIMEOUT))
     except LiveError as error:
-        row.note = one_line(str(error))
+        said = str(error)
+        if "did not answer" in said:  # its own wording names the default timeout, not this one
+            said = (f"no answer within {QUERY_TIMEOUT.total_seconds():g}s: is a conductor worker running on the "
+                    "admission workflow's task queue?")
+        row.note = one_line(said)
     except Exception as error:  # a lost connection, say: still a row, with a note
         row.note = one_line(f"{type(error).__name__}: {error}")
     return row
