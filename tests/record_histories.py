@@ -25,7 +25,7 @@ from temporalio.client import Client, WorkflowFailureError
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
-from activities.admission import signal_with_start_admission
+from activities.admission import set_policy_with_start, signal_with_start_admission
 from activities.fleet import FleetActivities
 from activities.sandbox_client import FleetClient, NotFound
 from substrate.server import RunningSubstrate, serve_in_thread
@@ -234,7 +234,7 @@ async def contended_missions(client: Client, control: MissionControl) -> None:
     it (lease lost); the urgent mission's first child fails, and fail-fast withdraws its
     sibling, still queued."""
     change = PolicyChange(operator="recorder", policy=ONE_AT_A_TIME)
-    await signal_with_start_admission(client, TASK_QUEUE, "contended", ONE_AT_A_TIME, "set_policy", change)
+    await set_policy_with_start(client, TASK_QUEUE, "contended", change)
     victim = parse_spec({
         "mission_id": "recorded-preempted", "orchestrator_id": "recorder", "goal": "be preempted",
         "host_group": "contended",

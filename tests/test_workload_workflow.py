@@ -84,6 +84,18 @@ async def workload_worker(client: Client, fleet: FleetActivities) -> AsyncIterat
         yield task_queue
 
 
+async def failed_result(handle: WorkflowHandle) -> WorkloadResult:
+    """A workload whose verdict is not success fails its workflow (the Temporal UI shows it
+    failed): an ApplicationError `workload.<verdict>` carrying its WorkloadResult."""
+    with pytest.raises(WorkflowFailureError) as raised:
+        await handle.result()
+    cause = raised.value.cause
+    assert isinstance(cause, ApplicationError) and cause.non_retryable, cause
+    result = WorkloadResult.model_validate(cause.details[0])
+    assert cause.type == f"workload.{result.verdict}" and result.child_id in cause.message
+    return result
+
+
 async def start(client: Client, task_queue: str, input: WorkloadInput, workflow_id: str | None = None) -> WorkflowHandle:
     return await client.start_workflow(
         "WorkloadWorkflow",
@@ -196,7 +208,7 @@ async def test_a_failing_command_ends_failed_through_the_worker_built_from_the_e
     input = workload(child("echo oops >&2; exit 3"))
     async with build_worker(dev_env.client, config, workflow_failure_exception_types=[Exception]):
         handle = await start(dev_env.client, config.task_queue, input)
-        result: WorkloadResult = await handle.result()
+        result = await failed_result(handle)
     assert result.verdict == "failed"
     final = result.observation
     assert final.observed_state == "failed" and final.exit_classification == "failure"
@@ -303,7 +315,7 @@ async def test_a_refused_dispatch_ends_the_workload_failed_with_the_server_code(
     client = dev_env.client
     input = workload(child("echo never", runtime_kind="vm"))  # the local substrate offers host isolation only
     async with workload_worker(client, fleet_activities) as task_queue:
-        result: WorkloadResult = await (await start(client, task_queue, input)).result()
+        result = await failed_result(await start(client, task_queue, input))
     assert result.verdict == "failed" and result.task_id is None
     final = result.observation
     assert final.observed_state == "failed" and final.error_code == "executor.isolation_unsupported"

@@ -13,7 +13,7 @@ from temporalio.exceptions import ChildWorkflowError, is_cancelled_exception
 
 with workflow.unsafe.imports_passed_through():
     from workflows.mission.observation import OBSERVATION_SIGNAL, ChildObservation
-    from workflows.workload.client import cancel_workload
+    from workflows.workload.client import cancel_workload, result_of_failed
     from workflows.workload.messages import WorkloadInput, WorkloadResult
 
 
@@ -59,9 +59,13 @@ class WorkloadParentProbe:
         try:
             result = await child
         except ChildWorkflowError as error:
-            if not is_cancelled_exception(error):
+            failed = result_of_failed(error)  # a workload that did not succeed fails its workflow
+            if failed is not None:
+                result = failed
+            elif is_cancelled_exception(error):
+                return ParentOutcome(observations=self._observations, child_cancelled=True)
+            else:
                 raise
-            return ParentOutcome(observations=self._observations, child_cancelled=True)
         # The last observation travels in the result, as MissionWorkflow folds it.
         if not self._observations or self._observations[-1] != result.observation:
             self._observations.append(result.observation)

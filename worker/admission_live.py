@@ -21,11 +21,13 @@ from temporalio.client import (
     WorkflowHandle,
     WorkflowQueryFailedError,
     WorkflowQueryRejectedError,
+    WorkflowUpdateFailedError,
+    WorkflowUpdateRPCTimeoutOrCancelledError,
 )
 from temporalio.common import QueryRejectCondition
 from temporalio.service import RPCError, RPCStatusCode
 
-from activities.admission import signal_with_start_admission
+from activities.admission import set_policy_with_start
 from worker.connection import CLI_RETRY_CONFIG, Reconnect, TemporalUnreachable, connect
 from workflows.admission.messages import PolicyChange, admission_workflow_id
 from workflows.admission.model import AdmissionPolicy
@@ -117,21 +119,34 @@ class LiveAdmission:
             raise self._explain(error, "describing the admission workflow") from None
         return description.status == WorkflowExecutionStatus.RUNNING
 
-    async def set_policy(self, task_queue: str, change: PolicyChange) -> bool:
-        """Send `change`, starting the workflow with that policy if none runs; True if it was started."""
+    async def set_policy(self, task_queue: str, change: PolicyChange, *, within: float = 30.0) -> bool:
+        """Send `change`, starting the workflow with that policy if none runs; True if it was started.
+        Whether it was applied within `within` seconds: see `change_policy`."""
+        started, _ = await self.change_policy(task_queue, change, within=within)
+        return started
+
+    async def change_policy(self, task_queue: str, change: PolicyChange, *, within: float) -> tuple[bool, bool]:
+        """(started, applied): the change goes as the workflow's `set_policy` update, with start if
+        no run is current, so it lands exactly once in whichever run is current. An update needs a
+        worker to take it: `applied` is False if none did within `within` seconds (the server then
+        holds the change until one does)."""
         started = not await self.is_running()
         try:
-            # Signal-with-start either way: if the workflow stopped or appeared since `is_running`,
-            # the change still lands exactly once, in whichever run is current.
             await self._call(
-                lambda: signal_with_start_admission(
-                    self.client, task_queue, self.host_group, change.policy, "set_policy", change,
+                lambda: asyncio.wait_for(
+                    set_policy_with_start(self.client, task_queue, self.host_group, change), timeout=max(within, 0.1),
                 ),
                 "sending the policy change",
             )
+        except (asyncio.TimeoutError, WorkflowUpdateRPCTimeoutOrCancelledError):
+            return started, False
+        except WorkflowUpdateFailedError as error:
+            cause = error.cause
+            raise LiveError(f"the admission workflow for host group {self.host_group} refused the policy: "
+                            f"{getattr(cause, 'message', None) or cause}") from None
         except RPCError as error:
             raise self._explain(error, "sending the policy change") from None
-        return started
+        return started, True
 
     async def wait_for_policy(self, policy: AdmissionPolicy, within: float) -> bool:
         """True once the workflow reports `policy` as current; False if it has not within `within` seconds."""

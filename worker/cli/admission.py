@@ -40,6 +40,7 @@ from workflows.mission.spec import HostGroup
 # What a what-if request may leave out: it is never submitted, so these only need plausible values.
 WHAT_IF_DEFAULTS = {"orchestrator_id": "conductor-what-if", "queue_timeout_seconds": 3600}
 MAX_POLICY_WAIT_SECONDS = 3600
+POLICY_SEND_SECONDS = 2.0  # at least this long for the change to reach a worker, even with --wait 0
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -113,9 +114,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     change.add_argument("--host-group", required=True, metavar="G", help="host group name")
     change.add_argument("policy", type=Path, metavar="POLICY.json", help="policy JSON file")
-    change.add_argument("--operator", help="who is changing it, for the workflow's log (default: $USER)")
+    change.add_argument("--operator", help="who is changing it, recorded in the audit trail (default: $USER)")
     change.add_argument("--wait", type=float, default=10.0, metavar="SECONDS",
-                        help="wait this long for the workflow to confirm the change (default 10; 0: do not wait)")
+                        help="wait this long for a worker to apply the change (default 10; at least 2)")
     change.set_defaults(func=run_policy_set)
 
 
@@ -301,16 +302,14 @@ def run_policy_set(args: argparse.Namespace) -> int:
     change = PolicyChange(operator=operator, policy=policy)
 
     async def body(live: LiveAdmission) -> int:
-        started = await live.set_policy(task_queue, change)
+        started, applied = await live.change_policy(task_queue, change, within=max(args.wait, POLICY_SEND_SECONDS))
         what = (f"started the admission workflow for host group {args.host_group} with this policy"
                 if started else f"policy change for host group {args.host_group} sent")
-        if args.wait <= 0:
-            print(f"{what} (by {operator})")
-        elif await live.wait_for_policy(policy, args.wait):
+        if applied:
             print(f"{what} and applied (by {operator})")
         else:
-            print(f"{what} (by {operator}); not applied within {args.wait:g}s: it takes effect when a conductor "
-                  f"worker on task queue {task_queue} runs the admission workflow")
+            print(f"{what} (by {operator}); not applied within {max(args.wait, POLICY_SEND_SECONDS):g}s: the server holds it "
+                  f"until a conductor worker on task queue {task_queue} runs the admission workflow")
         return 0
 
     return _run_live(args.host_group, body)

@@ -17,6 +17,7 @@ from pathlib import Path
 from activities.credentials import MissingCredential, executor_token, fleet_token
 from worker.config import WorkerConfig
 from worker.connection import ConnectionSettingError, connect, connect_options
+from worker.metrics import MetricsSettingError, metrics_address, metrics_runtime
 from worker.signals import stop_requested
 from worker.worker import build_worker
 
@@ -35,6 +36,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     worker.add_argument("--substrate-url", help="substrate base URL (default: CONDUCTOR_SUBSTRATE_URL)")
     worker.add_argument("--task-queue", help="task queue (default: CONDUCTOR_TASK_QUEUE or mission-conductor)")
     worker.add_argument("--data-dir", type=Path, help="audit and ledger stores (default: CONDUCTOR_DATA_DIR or .conductor)")
+    worker.add_argument(
+        "--metrics-address", metavar="HOST:PORT",
+        help="serve Prometheus metrics (the SDK's and the product's) at http://HOST:PORT/metrics "
+        "(default: CONDUCTOR_METRICS_ADDRESS; unset: no metrics)",
+    )
     worker.set_defaults(func=run_worker)
 
 
@@ -53,17 +59,23 @@ def _config(args: argparse.Namespace) -> WorkerConfig:
 def run_worker(args: argparse.Namespace) -> int:
     try:
         config = _config(args)
+        metrics = metrics_address(args.metrics_address)
     except (OSError, ValueError) as error:
         print(f"conductor worker: invalid configuration: {error}", file=sys.stderr)
         return 2
-    return asyncio.run(_serve(config, args.profile))
+    return asyncio.run(_serve(config, args.profile, metrics))
 
 
-async def _serve(config: WorkerConfig, profile: str | None) -> int:
+async def _serve(config: WorkerConfig, profile: str | None, metrics: str | None = None) -> int:
     with stop_requested() as stop:
         try:
+            runtime = {"runtime": metrics_runtime(metrics)} if metrics else {}
+        except MetricsSettingError as error:
+            print(f"conductor worker: {error}", file=sys.stderr)
+            return 2
+        try:
             options = connect_options(profile)
-            client = await connect(profile)
+            client = await connect(profile, **runtime)
         except (ConnectionError, ConnectionSettingError) as error:
             print(f"conductor worker: {error}", file=sys.stderr)
             return 1
@@ -77,7 +89,8 @@ async def _serve(config: WorkerConfig, profile: str | None) -> int:
         async with build_worker(client, config):
             print(
                 f"conductor worker: polling task queue {config.task_queue} on {options['target_host']} "
-                f"(namespace {options['namespace']}); substrate {config.fleet_url}; data {config.data_dir}. "
+                f"(namespace {options['namespace']}); substrate {config.fleet_url}; data {config.data_dir}"
+                f"{f'; metrics http://{metrics}/metrics' if metrics else ''}. "
                 "Ctrl-C to stop.",
                 flush=True,
             )

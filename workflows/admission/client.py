@@ -43,8 +43,9 @@ SUBMIT_ACTIVITY = "submit_admission_batch"
 
 
 class AdmissionClient:
-    def __init__(self, host_group: str) -> None:
+    def __init__(self, host_group: str, *, search_attributes: bool = False) -> None:
         self.host_group = host_group
+        self._search_attributes = search_attributes
         self.decisions: dict[str, AdmissionDecision] = {}
         self.history: list[AdmissionDecision] = []
         self._mine: set[str] = set()
@@ -114,7 +115,7 @@ class AdmissionClient:
             return
         await workflow.execute_activity(
             SUBMIT_ACTIVITY,
-            SubmitAdmission(host_group=self.host_group, batch=batch),
+            SubmitAdmission(host_group=self.host_group, batch=batch, search_attributes=self._search_attributes),
             start_to_close_timeout=timedelta(seconds=30),
             summary=f"submit {len(requests)} admission requests to {admission_workflow_id(self.host_group)}",
         )

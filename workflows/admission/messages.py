@@ -184,3 +184,6 @@ class SubmitAdmission(_Message):
 
     host_group: str
     batch: SubmitBatch
+    # Start the singleton with the MissionHostGroup search attribute (the server must have it
+    # registered, as `conductor dev` does; the requester knows, as it sets its own).
+    search_attributes: bool = False

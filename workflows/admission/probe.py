@@ -57,7 +57,7 @@ class AdmissionProbeWorkflow:
     def __init__(self) -> None:
         self._finish = False
 
-    @workflow.signal
+    @workflow.signal(description="Operators (`conductor admission probe`): stop holding now, give everything back and return.")
     def finish(self) -> None:
         """Stop holding now: give everything back and return."""
         self._finish = True

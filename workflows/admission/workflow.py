@@ -58,6 +58,7 @@ with workflow.unsafe.imports_passed_through():
         Submit,
     )
     from workflows.audit import AuditExport
+    from workflows.metrics import AdmissionMetrics
 
 EXPORT_AUDIT_ACTIVITY = "export_audit_events"
 MAX_EVENTS_PER_EXPORT = 500  # keeps one export's input far below the server's payload limit
@@ -90,32 +91,57 @@ class AdmissionWorkflow:
         self._audit_outbox: list[AuditEvent] = []
         self._exporting = False
         self._gone_requesters: set[str] = set(carried.gone_requesters) if carried else set()
+        self._metrics = AdmissionMetrics(workflow.metric_meter(), input.host_group)
 
     # --- signals: append only; the main loop decides ---------------------------------------
 
-    @workflow.signal
+    @workflow.signal(description=(
+        "For requester workflows (missions, workloads) only, through workflows.admission.client; not an operator action. "
+        "Queues a requester's batch of admission requests; the decisions come back as admission_decided signals."
+    ))
     def submit(self, batch: SubmitBatch) -> None:
         self._inbox.append(InboxItem(kind="submit", submit=batch))
 
-    @workflow.signal
+    @workflow.signal(description=(
+        "For requester workflows (missions, workloads) only, through workflows.admission.client; not an operator action. "
+        "Renews held leases (sent on a durable timer at a third of the TTL)."
+    ))
     def renew(self, batch: RenewBatch) -> None:
         self._inbox.append(InboxItem(kind="renew", renew=batch))
 
-    @workflow.signal
+    @workflow.signal(description=(
+        "For requester workflows (missions, workloads) only, through workflows.admission.client; not an operator action. "
+        "Gives back held leases when the work ended."
+    ))
     def release(self, batch: ReleaseBatch) -> None:
         self._inbox.append(InboxItem(kind="release", release=batch))
 
-    @workflow.signal
+    @workflow.signal(description=(
+        "For requester workflows (missions, workloads) only, through workflows.admission.client; not an operator action. "
+        "Withdraws queued or held requests. Operators abandon work with `conductor mission cancel`."
+    ))
     def cancel(self, batch: CancelBatch) -> None:
         self._inbox.append(InboxItem(kind="cancel", cancel=batch))
 
-    @workflow.signal
-    def set_policy(self, change: PolicyChange) -> None:
+    @workflow.update(description=(
+        "Operators: replace this host group's admission policy (`conductor admission policy set`). "
+        "Requires the operator's name, which the audit trail records; the change applies on the next decision pass."
+    ))
+    def set_policy(self, change: PolicyChange) -> AdmissionPolicy:
+        # An update, not a signal: the validator refuses a change without an operator before it
+        # reaches history, and the sender learns of the refusal. Applied in the decision loop like
+        # every other input (so continue-as-new carries it if it arrives while the run hands over).
         self._inbox.append(InboxItem(kind="set_policy", set_policy=change))
+        return change.policy
+
+    @set_policy.validator
+    def _policy_change_allowed(self, change: PolicyChange) -> None:
+        if not change.operator.strip():
+            raise ValueError("a policy change must name the operator who makes it (conductor admission policy set --operator NAME)")
 
     # --- queries ----------------------------------------------------------------------------
 
-    @workflow.query
+    @workflow.query(description="The admission queue in decision order: position, effective priority, binding limit, wait.")
     def queue(self, limit: int = 1000) -> list[QueueRow]:
         state = self._state
         rows = []
@@ -132,7 +158,7 @@ class AdmissionWorkflow:
             ))
         return rows
 
-    @workflow.query
+    @workflow.query(description="Every held lease: holder, placement, revision and expiry.")
     def leases(self) -> list[LeaseRow]:
         rows = []
         for rec in sorted(self._state.admitted.values(), key=lambda rec: (rec.lease_expires_us, rec.request_id)):
@@ -151,19 +177,19 @@ class AdmissionWorkflow:
             ))
         return rows
 
-    @workflow.query
+    @workflow.query(description="Leases held against each limit of the policy (global, environment, provider, lane, runtime).")
     def usage(self) -> list[UsageRow]:
         return [UsageRow(limit=label, used=used, maximum=maximum) for label, used, maximum in engine.usage_view(self._state)]
 
-    @workflow.query
+    @workflow.query(description="The most recent audit events (the full trail is in the audit store: `conductor admission audit`).")
     def audit(self, limit: int = 50) -> list[AuditEvent]:
         return list(self._recent)[-limit:] if limit > 0 else []
 
-    @workflow.query
+    @workflow.query(description="The admission policy in force.")
     def policy(self) -> AdmissionPolicy:
         return self._state.policy
 
-    @workflow.query
+    @workflow.query(description="What would happen to this request if it were submitted now, without submitting it.")
     def what_if(self, request: AdmissionRequest) -> WhatIf:
         outcome, explanation = engine.what_if(self._state, request)
         return WhatIf(outcome=outcome, explanation=explanation)
@@ -172,7 +198,7 @@ class AdmissionWorkflow:
 
     @workflow.run
     async def run(self, input: AdmissionWorkflowInput) -> None:
-        workflow.set_current_details(f"admission for host group {input.host_group}")
+        self._report([])
         while True:
             await self._wait_for_work()
             self._decide()
@@ -249,6 +275,33 @@ class AdmissionWorkflow:
         self._send_decisions(touched, happened, errors)
         if events:
             self._export_audit(events)
+        self._report(events)
+
+    def _report(self, events: list[AuditEvent]) -> None:
+        """What the UI's current details and the metrics show: queue depth and usage per limit."""
+        state = self._state
+        usage = engine.usage_view(state)
+        queued = state.queued_count
+        records = state.records
+        waits = [
+            (engine.to_micros(event.at) - records[event.request_id].submitted_us) / 1_000_000
+            for event in events
+            if event.type == "admitted" and event.request_id in records
+        ]
+        self._metrics.decided(
+            queued=queued,
+            usage=usage,
+            admitted_after=waits,
+            expired=sum(1 for event in events if event.from_state == "admitted" and event.type in ("timed-out", "requeued")),
+            preempted=sum(1 for event in events if event.type in ("preempted", "displaced")),
+        )
+        limits = ", ".join(
+            f"{label} {used}/{maximum}" for label, used, maximum in usage if maximum is not None or used
+        )
+        workflow.set_current_details(
+            f"admission for host group {self._input.host_group}: {queued} queued, {len(state.admitted)} leases held"
+            f"{'; ' + limits if limits else ''}"
+        )
 
     def _apply_item(self, item: InboxItem, apply, unconfirmed: set[str]) -> None:
         if item.submit is not None:

@@ -1,4 +1,8 @@
-"""Search attributes a mission keeps current, so operators can find missions in the Temporal UI.
+"""Search attributes that let operators find missions, their workloads and the admission
+singletons in the Temporal UI (and `temporal workflow list --query`).
+
+A mission keeps its four current; each workload is started with its mission, kind and host
+group and keeps `WorkloadState` current; an admission singleton carries its host group.
 
 They must be registered on the server (`conductor dev` does it; on another server:
 `temporal operator search-attribute create --name MissionState --type Keyword`, and so on).
@@ -12,5 +16,10 @@ MISSION_STATE = SearchAttributeKey.for_keyword("MissionState")
 MISSION_AGGREGATION = SearchAttributeKey.for_keyword("MissionAggregation")
 MISSION_HOST_GROUP = SearchAttributeKey.for_keyword("MissionHostGroup")
 MISSION_ORCHESTRATOR = SearchAttributeKey.for_keyword("MissionOrchestrator")
+MISSION_ID = SearchAttributeKey.for_keyword("MissionId")
+WORKLOAD_KIND = SearchAttributeKey.for_keyword("WorkloadKind")
+WORKLOAD_STATE = SearchAttributeKey.for_keyword("WorkloadState")
 
-SEARCH_ATTRIBUTES = [MISSION_STATE, MISSION_AGGREGATION, MISSION_HOST_GROUP, MISSION_ORCHESTRATOR]
+SEARCH_ATTRIBUTES = [
+    MISSION_STATE, MISSION_AGGREGATION, MISSION_HOST_GROUP, MISSION_ORCHESTRATOR, MISSION_ID, WORKLOAD_KIND, WORKLOAD_STATE,
+]

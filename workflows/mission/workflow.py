@@ -30,7 +30,7 @@ import asyncio
 from datetime import timedelta
 
 from temporalio import workflow
-from temporalio.common import RetryPolicy
+from temporalio.common import RetryPolicy, SearchAttributePair, TypedSearchAttributes
 from temporalio.exceptions import is_cancelled_exception
 from temporalio.workflow import ChildWorkflowCancellationType, ParentClosePolicy
 
@@ -57,8 +57,17 @@ with workflow.unsafe.imports_passed_through():
     )
     from workflows.mission.observation import ALIVE_SIGNAL, OBSERVATION_SIGNAL, ChildObservation, ends_workload
     from workflows.mission.planning import Assignment, plan_targets
-    from workflows.mission.search import MISSION_AGGREGATION, MISSION_HOST_GROUP, MISSION_ORCHESTRATOR, MISSION_STATE
-    from workflows.workload.client import cancel_workload, workload_workflow_id
+    from workflows.metrics import mission_closed
+    from workflows.mission.search import (
+        MISSION_AGGREGATION,
+        MISSION_HOST_GROUP,
+        MISSION_ID,
+        MISSION_ORCHESTRATOR,
+        MISSION_STATE,
+        WORKLOAD_KIND,
+        WORKLOAD_STATE,
+    )
+    from workflows.workload.client import cancel_workload, result_of_failed, workload_workflow_id
     from workflows.workload.messages import LIST_TARGETS, WORKLOAD_WORKFLOW, TargetList, WorkloadInput, WorkloadResult
 
 
@@ -87,7 +96,7 @@ class MissionWorkflow:
         self._spec = input.spec
         self._child_specs = {child.child_id: child for child in input.spec.children}
         self._ledger = aggregation.initial_ledger(input.spec)
-        self._admission = AdmissionClient(input.spec.host_group)
+        self._admission = AdmissionClient(input.spec.host_group, search_attributes=input.search_attributes)
         self._observations: list[ChildObservation] = []
         self._assignments: dict[str, Assignment] = {}
         self._started: set[str] = set()  # children started, by this run or an earlier one
@@ -105,23 +114,33 @@ class MissionWorkflow:
 
     # --- operator and child inputs ----------------------------------------------------------
 
-    @workflow.signal(name=OBSERVATION_SIGNAL)
+    @workflow.signal(name=OBSERVATION_SIGNAL, description=(
+        "For this mission's workload workflows only: a child's new observation. Not an operator action."
+    ))
     def workload_observed(self, observation: ChildObservation) -> None:
         self._observations.append(observation)
         self._note_if_ended(observation.child_id, observation.observed_state)
         self._wake += 1
 
-    @workflow.signal(name=ALIVE_SIGNAL)
+    @workflow.signal(name=ALIVE_SIGNAL, description=(
+        "For this mission's long-lived workload workflows only: a sign of life. Not an operator action."
+    ))
     def workload_alive(self, child_id: str) -> None:
         """A long-lived child's sign of life; that the signal was delivered is all it needs."""
 
-    @workflow.signal
+    @workflow.signal(description=(
+        "Operators: once the verdict has settled, stop the long-lived children (their runtime tasks too), "
+        "give back their leases and close (`conductor mission stop`). To abandon a mission, cancel it."
+    ))
     def stop(self) -> None:
         """Stop supervising: stop every live child's runtime task, release the leases, close."""
         self._stop_requested = True
         self._wake += 1
 
-    @workflow.update
+    @workflow.update(description=(
+        "Operators: approve or reject a manual-review mission (`conductor mission review`); "
+        "requires the operator's name and a reason, which the ledger records."
+    ))
     def review(self, request: ReviewRequest) -> MissionLedger:
         decision = ReviewDecision(
             operator=request.operator, decision=request.decision, reason=request.reason, decided_at=workflow.now(),
@@ -137,13 +156,13 @@ class MissionWorkflow:
         if refusal is not None:
             raise ValueError(refusal)
 
-    @workflow.update
+    @workflow.update(description="Returns the ledger once the verdict has settled (what `conductor mission run` waits on).")
     async def wait_for_verdict(self) -> MissionLedger:
         """Returns the ledger once the verdict has settled (or the mission was cancelled)."""
         await workflow.wait_condition(lambda: aggregation.is_final(self._ledger))
         return self._ledger
 
-    @workflow.query
+    @workflow.query(description="The mission's ledger now: every child's state, the aggregation and the verdict.")
     def ledger(self) -> MissionLedger:
         return self._ledger
 
@@ -390,6 +409,12 @@ class MissionWorkflow:
             cancellation_type=ChildWorkflowCancellationType.WAIT_CANCELLATION_COMPLETED,
             parent_close_policy=ParentClosePolicy.ABANDON if outlives_run else ParentClosePolicy.REQUEST_CANCEL,
             static_summary=f"{child.kind} {child_id} on {target.target_id}",
+            search_attributes=TypedSearchAttributes([
+                SearchAttributePair(MISSION_ID, spec.mission_id),
+                SearchAttributePair(MISSION_HOST_GROUP, spec.host_group),
+                SearchAttributePair(WORKLOAD_KIND, child.kind),
+                SearchAttributePair(WORKLOAD_STATE, "admitted"),
+            ]) if self._input.search_attributes else None,
             result_type=WorkloadResult,
         )
 
@@ -401,7 +426,12 @@ class MissionWorkflow:
             # too: folding the same revision twice changes nothing).
             self._observations.append(result.observation)
         except Exception as error:  # a failed or cancelled child is reported by its observations
-            if not is_cancelled_exception(error):
+            ended = result_of_failed(error)
+            if ended is not None:
+                # A workload whose verdict is not success fails its workflow (so the Temporal UI
+                # shows it failed); its last observation travels in the failure's details.
+                self._observations.append(ended.observation)
+            elif not is_cancelled_exception(error):
                 workflow.logger.warning("workload %s ended with %s", child_id, error)
                 ending = f"failed without a last observation ({_failure_text(error)})"
         finally:
@@ -473,6 +503,7 @@ class MissionWorkflow:
         self._fold_decisions()
         await self._snapshot(flush=True)
         self._publish()
+        mission_closed(workflow.metric_meter(), self._spec.host_group, self._ledger.parent_state)
 
     async def _until_children_ended(self) -> None:
         """Children this run started end with their handle. One an earlier run started ends

@@ -46,6 +46,9 @@ from workflows.cancellation import raise_if_cancel_requested
 
 with workflow.unsafe.imports_passed_through():
     from workflows.contract import ContractError, WorkloadRecord, WorkloadStatus
+    from workflows.metrics import workload_dispatched
+    from workflows.mission.search import WORKLOAD_STATE
+    from workflows.workload.client import verdict_failure
     from workflows.mission.observation import ALIVE_SIGNAL, OBSERVATION_SIGNAL, ChildObservation
     from workflows.workload.messages import (
         ADMIT_AND_DISPATCH,
@@ -138,7 +141,7 @@ class WorkloadWorkflow:
         self._last: ChildObservation | None = None
         self._mission_gone: str | None = None  # why the mission can no longer be signalled
 
-    @workflow.query
+    @workflow.query(description="The last observation this workload reported to its mission.")
     def observation(self) -> ChildObservation | None:
         """The last observation reported to the parent."""
         return self._last
@@ -150,8 +153,10 @@ class WorkloadWorkflow:
             if record is None:
                 admitted = await self._admit()
                 if isinstance(admitted, ChildObservation):
-                    return WorkloadResult(child_id=self._child_id, verdict="failed", observation=admitted)
+                    raise verdict_failure(WorkloadResult(child_id=self._child_id, verdict="failed", observation=admitted))
                 record = await self._start(admitted)
+                if self._task_id is not None:
+                    workload_dispatched(workflow.metric_meter(), input.child.kind, workflow.info().start_time, workflow.now())
             record = await self._follow(record)
         except BaseException as error:
             if not is_cancelled_exception(error):
@@ -163,13 +168,16 @@ class WorkloadWorkflow:
         missing = missing_evidence(record, list(input.child.required_evidence))
         if outcome == "satisfied" and missing:
             outcome = "failed"  # missing required evidence fails closed
-        return WorkloadResult(
+        result = WorkloadResult(
             child_id=self._child_id,
             verdict=outcome,
             observation=self._last,
             task_id=record.lineage.task_id or self._task_id,
             missing_evidence=missing,
         )
+        if outcome in ("failed", "review-required"):
+            raise verdict_failure(result)  # the workflow fails, so the Temporal UI tells the truth
+        return result
 
     # --- admission and dispatch -----------------------------------------------------------
 
@@ -382,6 +390,9 @@ class WorkloadWorkflow:
 
     async def _send(self, observation: ChildObservation, *, signal: bool = True) -> None:
         self._last = observation
+        shown = workflow.info().typed_search_attributes.get(WORKLOAD_STATE)  # None: started without search attributes
+        if shown is not None and shown != observation.observed_state:
+            workflow.upsert_search_attributes([WORKLOAD_STATE.value_set(observation.observed_state)])
         workflow.set_current_details(
             f"{observation.kind} {observation.child_id} on {self._input.target_id}: "
             f"{observation.observed_state} (revision {observation.revision})"
