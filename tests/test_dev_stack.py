@@ -167,7 +167,7 @@ async def test_stack_serves_runs_workflows_persists_and_leaves_no_process(tmp_pa
             assert (await http.get(stack.ui_url)).status_code == 200
             instances_url = f"{stack.substrate_url}/api/v2/admin/instances"
             answer = await http.get(instances_url, headers={"Authorization": f"Bearer {fleet_token}"})
-            assert answer.status_code == 200 and len(answer.json()["instances"]) == 2
+            assert answer.status_code == 200 and len(answer.json()["items"]) == 2
             assert (await http.get(instances_url)).status_code == 401
             wrong_plane = await http.get(instances_url, headers={"Authorization": f"Bearer {executor_token}"})
             assert wrong_plane.status_code == 403  # the executor token has the operator role, not admin
