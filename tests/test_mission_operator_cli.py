@@ -330,3 +330,23 @@ async def test_the_dev_stack_creates_the_default_host_group_and_keeps_its_policy
     async with DevStack(data, temporal_port=0, ui_port=0, substrate_port=0, instances=1) as again:
         admission = again.client.get_workflow_handle(admission_workflow_id("default"))
         assert (await admission.query("policy", result_type=AdmissionPolicy)).max_concurrent == 5
+
+
+def test_a_settled_ledger_states_its_verdict_once():
+    """The live summary follows the children past the verdict (a fourth child satisfied after a
+    quorum of three): the ledger says the verdict's reason once, and the children since as counts."""
+    from worker.ledger_view import render_ledger
+    from workflows.mission.ledger import AggregationSummary, MissionLedger
+
+    ledger = MissionLedger(
+        mission_id="m", parent_state="completed", children=(),
+        aggregation=AggregationSummary(mode="quorum", required_successes=3, successful=("a", "b", "c", "d"),
+                                       reason="quorum 4/4 met (needs 3): a, b, c, d satisfied"),
+        verdict_reason="quorum 3/4 met (needs 3): a, b, c satisfied",
+    )
+    lines = render_ledger(ledger).splitlines()
+    assert lines[1] == "  verdict (quorum): quorum 3/4 met (needs 3): a, b, c satisfied"
+    assert lines[2] == "  children now: 4 ok, 0 failed, 0 pending, 0 review (the verdict stays as it settled)"
+    assert sum("met" in line for line in lines) == 1
+    undecided = ledger.model_copy(update={"parent_state": "running", "verdict_reason": None})
+    assert render_ledger(undecided).splitlines()[1] == "  aggregation quorum: quorum 4/4 met (needs 3): a, b, c, d satisfied"

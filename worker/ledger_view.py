@@ -93,9 +93,11 @@ def render_ledger(
     summary = ledger.aggregation
     lines = [f"mission {ledger.mission_id}: {ledger.parent_state}"]
     if ledger.verdict_reason:
-        lines.append(f"  verdict ({summary.mode}): {ledger.verdict_reason}")
+        said = "cancelled" if ledger.parent_state == "cancelled" else f"verdict ({summary.mode})"
+        lines.append(f"  {said}: {ledger.verdict_reason}")
         if ledger.verdict_reason != summary.reason:
-            lines.append(f"  children now: {_counts(summary)} (the verdict stays as it settled)")
+            since = "as they are now" if ledger.parent_state == "cancelled" else "the verdict stays as it settled"
+            lines.append(f"  children now: {_counts(summary)} ({since})")
     else:
         lines.append(f"  aggregation {summary.mode}: {summary.reason}")
     if ledger.best_output:
