@@ -227,7 +227,7 @@ class QueueClass:
     lease-holding orchestrators only.
     """
 
-    __slots__ = ("key", "buckets", "size", "fair", "by_orchestrator", "heads")
+    __slots__ = ("key", "buckets", "size", "fair", "by_orchestrator", "heads", "_top")
 
     def __init__(self, key: tuple, fair: bool = False) -> None:
         self.key = key
@@ -239,8 +239,10 @@ class QueueClass:
         self.by_orchestrator: dict[int, SortedList] = {}
         # priority -> SortedList[(submitted_us, request_id, orchestrator)]: each orchestrator's oldest
         self.heads: dict[int, SortedList] = {}
+        self._top: tuple[int, int, int] | None = None  # (now_us, aging_us, top effective priority)
 
     def add(self, rec: Rec) -> None:
+        self._top = None
         bucket = self.buckets.get(rec.priority)
         if bucket is None:
             bucket = self.buckets[rec.priority] = SortedList()
@@ -264,6 +266,7 @@ class QueueClass:
                 heads.add((rec.submitted_us, rec.request_id, orchestrator))
 
     def remove(self, rec: Rec) -> None:
+        self._top = None
         bucket = self.buckets[rec.priority]
         bucket.remove((rec.submitted_us, rec.request_id))
         self.size -= 1
@@ -291,19 +294,37 @@ class QueueClass:
             for _submitted, request_id in bucket:
                 yield request_id
 
+    def top_effective(self, state: "EngineState") -> int:
+        """The highest effective priority in the class (each bucket's oldest member has its bucket's)."""
+        now_us, aging_us = state.now_us, state.aging_us
+        cached = self._top
+        if cached is not None and cached[0] == now_us and cached[1] == aging_us:
+            return cached[2]
+        top = max(priority + max(0, now_us - bucket[0][0]) // aging_us for priority, bucket in self.buckets.items())
+        self._top = (now_us, aging_us, top)
+        return top
+
     def head(self, state: "EngineState") -> tuple[OrderKey, str]:
         """The class's best request at the state's time: the best of its bucket heads."""
         now_us, aging_us = state.now_us, state.aging_us
         best: tuple[OrderKey, str] | None = None
+        if self.fair:
+            # Fair share only orders requests of equal effective priority: only the buckets that
+            # reach the class's top effective priority can hold its head.
+            top = self.top_effective(state)
+            for priority, bucket in self.buckets.items():
+                steps = max(0, now_us - bucket[0][0]) // aging_us
+                if priority + steps == top:
+                    key = self._fair_head(state, priority, steps)
+                    if best is None or key < best[0]:
+                        best = (key, key[-1])
+            assert best is not None, "an empty class is removed from the queue"
+            return best
         for priority, bucket in self.buckets.items():
             submitted_us, request_id = bucket[0]
-            steps = max(0, now_us - submitted_us) // aging_us
-            if self.fair:
-                key = self._fair_head(state, priority, steps)
-            else:
-                key = (-(priority + steps), submitted_us, request_id)
+            key = (-(priority + max(0, now_us - submitted_us) // aging_us), submitted_us, request_id)
             if best is None or key < best[0]:
-                best = (key, key[-1])
+                best = (key, request_id)
         assert best is not None, "an empty class is removed from the queue"
         return best
 
@@ -346,6 +367,38 @@ class Gang:
         return self.key[1]
 
 
+class ShapeNode:
+    """A trie over gang shapes: the path is the shape's sorted member class keys."""
+
+    __slots__ = ("children", "shape")
+
+    def __init__(self) -> None:
+        self.children: dict[ClassKey, ShapeNode] = {}
+        self.shape: tuple | None = None
+
+
+def _trie_add(root: ShapeNode, key: tuple) -> None:
+    node = root
+    for member_key in key[1]:
+        child = node.children.get(member_key)
+        if child is None:
+            child = node.children[member_key] = ShapeNode()
+        node = child
+    node.shape = key
+
+
+def _trie_remove(root: ShapeNode, key: tuple) -> None:
+    path = [root]
+    for member_key in key[1]:
+        path.append(path[-1].children[member_key])
+    path[-1].shape = None
+    for depth in range(len(key[1]), 0, -1):
+        node = path[depth]
+        if node.children or node.shape is not None:
+            break
+        del path[depth - 1].children[key[1][depth - 1]]
+
+
 @dataclass
 class EngineState:
     """Everything the engine knows about one host group."""
@@ -355,10 +408,10 @@ class EngineState:
     revision: int = 0
     records: dict[str, Rec] = field(default_factory=dict)
     classes: dict[ClassKey, QueueClass] = field(default_factory=dict)
-    # Ready gangs, in classes keyed by their shape (None, member class keys), apart from the single
-    # classes, and indexed by gang size: a gang of n never fits while fewer than n places are free.
+    # Ready gangs, in classes keyed by their shape (None, sorted member class keys), apart from the
+    # single classes, and indexed by a trie over the member class keys (see `_fitting_gang_shapes`).
     gang_classes: dict[tuple, QueueClass] = field(default_factory=dict)
-    gang_shapes_by_size: dict[int, set[tuple]] = field(default_factory=dict)
+    gang_trie: "ShapeNode" = field(default_factory=lambda: ShapeNode())
     admitted: dict[str, Rec] = field(default_factory=dict)
     usage: Usage = field(default_factory=Usage)
     lease_heap: list[tuple[int, str]] = field(default_factory=list)
@@ -579,6 +632,27 @@ def _shape_fits(state: EngineState, shape: tuple[ClassKey, ...]) -> bool:
     return True
 
 
+def _fitting_gang_shapes(state: EngineState, free: int):
+    """Every ready gang shape that fits at once. A gang fits only if each member fits alone and
+    it has no more members than there are free places, so the walk down the shape trie stops at
+    a member class that does not fit alone and below the depth of the free places: shapes with
+    a member in a full class are never looked at."""
+    alone: dict[ClassKey, bool] = {}
+    stack = [(state.gang_trie, 0)]
+    while stack:
+        node, depth = stack.pop()
+        if node.shape is not None and _shape_fits(state, node.shape[1]):
+            yield node.shape
+        if depth >= free:
+            continue
+        for member_key, child in node.children.items():
+            fits = alone.get(member_key)
+            if fits is None:
+                fits = alone[member_key] = _fits(state, member_key)
+            if fits:
+                stack.append((child, depth + 1))
+
+
 def binding_constraint(state: EngineState, key: ClassKey) -> str:
     blocked = blocking_limits(state, key)
     if not blocked:
@@ -679,7 +753,7 @@ def _class_add(state: EngineState, key: tuple, rec: Rec) -> None:
     if queue_class is None:
         queue_class = classes[key] = QueueClass(key, state.fair)
         if classes is state.gang_classes:
-            state.gang_shapes_by_size.setdefault(len(key[1]), set()).add(key)
+            _trie_add(state.gang_trie, key)
     queue_class.add(rec)
     rec.queue_key = key
 
@@ -707,10 +781,7 @@ def _unqueue(state: EngineState, rec: Rec) -> None:
     if queue_class.size == 0:
         del classes[key]
         if classes is state.gang_classes:
-            shapes = state.gang_shapes_by_size[len(key[1])]
-            shapes.discard(key)
-            if not shapes:
-                del state.gang_shapes_by_size[len(key[1])]
+            _trie_remove(state.gang_trie, key)
     rec.queue_key = None
 
 
@@ -892,32 +963,77 @@ def _admission_loop(state: EngineState, changes: _Changes) -> None:
         not state.policy.allow_preemption or state.settled_at_us == state.now_us
     ):
         return  # nothing that could admit anything has changed since the last pass
+    gangs = _GangCandidates()
     while state.classes or state.gang_classes:
-        if _admit_best_fitting(state, changes):
+        if _admit_best_fitting(state, changes, gangs):
             continue
         if not _override_or_preempt(state, changes):
             break
+        gangs = _GangCandidates()  # displacement or preemption moved capacity: look again
     state.settled_at_us = state.now_us
 
 
-def _admit_best_fitting(state: EngineState, changes: _Changes) -> bool:
+class _GangCandidates:
+    """The ready gangs that fit, best first, for one run of plain admissions.
+
+    While admissions only take capacity (and the clock stands still), a gang that does not fit
+    never starts to fit and a gang's order key only gets worse (shares only grow), so the heap is
+    built once and entries are checked lazily: dropped when they no longer fit, pushed back with
+    their new key when it changed. Without it every admission of a burst would look at every
+    fitting gang again.
+    """
+
+    __slots__ = ("heap",)
+
+    def __init__(self) -> None:
+        self.heap: list[tuple[OrderKey, tuple]] | None = None
+
+    def best(self, state: EngineState) -> tuple[OrderKey, str] | None:
+        if self.heap is None:
+            self.heap = [
+                (state.gang_classes[key].head(state)[0], key)
+                for key in _fitting_gang_shapes(state, state.policy.max_concurrent - state.usage.total)
+            ]
+            heapq.heapify(self.heap)
+        heap = self.heap
+        while heap:
+            known, key = heap[0]
+            queue_class = state.gang_classes.get(key)
+            if queue_class is None or not _shape_fits(state, key[1]):
+                heapq.heappop(heap)
+                continue
+            head = queue_class.head(state)
+            if head[0] != known:
+                heapq.heapreplace(heap, (head[0], key))
+                continue
+            return head
+        return None
+
+
+def _admit_best_fitting(state: EngineState, changes: _Changes, gangs: _GangCandidates) -> bool:
     if state.usage.total >= state.policy.max_concurrent:
         return False
     best: tuple[OrderKey, str] | None = None
-    for key, queue_class in state.classes.items():
-        if _fits(state, key):
-            head = queue_class.head(state)
-            if best is None or head[0] < best[0]:
-                best = head
-    free = state.policy.max_concurrent - state.usage.total
-    for size, shapes in state.gang_shapes_by_size.items():
-        if size > free:
-            continue
-        for key in shapes:
-            if _shape_fits(state, key[1]):
-                head = state.gang_classes[key].head(state)
+    if state.fair:
+        # Fair-share heads cost a walk: only classes at the top effective priority can win.
+        fitting = [(queue_class.top_effective(state), queue_class) for key, queue_class in state.classes.items()
+                   if _fits(state, key)]
+        top = max((effective for effective, _ in fitting), default=None)
+        for effective, queue_class in fitting:
+            if effective == top:
+                head = queue_class.head(state)
                 if best is None or head[0] < best[0]:
                     best = head
+    else:
+        for key, queue_class in state.classes.items():
+            if _fits(state, key):
+                head = queue_class.head(state)
+                if best is None or head[0] < best[0]:
+                    best = head
+    if state.gang_classes:
+        head = gangs.best(state)
+        if head is not None and (best is None or head[0] < best[0]):
+            best = head
     if best is None:
         return False
     rec = state.records[best[1]]
