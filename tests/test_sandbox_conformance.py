@@ -19,6 +19,7 @@ import httpx
 import pytest
 from pydantic import ValidationError
 
+from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
 from activities.a2a import Dispatch
@@ -226,9 +227,10 @@ class BindingServer(RealServer):
     """The real server over one workload `c-1`: unbound after dispatch, bound once an observation
     lands, then projected from its completed task (fleet.rs `get_workload` + `project_task_observation`)."""
 
-    def __init__(self, *, observe_answer: str = "observation", landed: bool = True) -> None:
+    def __init__(self, *, observe_answer: str = "observation", landed: bool = True, unavailable: int = 0) -> None:
         super().__init__()
         self.bound = False
+        self.unavailable = unavailable  # how many observations fail (the server briefly unreachable)
         self.observe_answer = observe_answer
         self.landed = landed  # does the observation land (also when its answer says otherwise)?
 
@@ -237,6 +239,9 @@ class BindingServer(RealServer):
         if (method, path) == ("GET", "/api/v2/fleet/workloads/c-1"):
             return "workload-bound-succeeded" if self.bound else "workload-unbound"
         if (method, path) == ("POST", "/api/v2/fleet/workloads/c-1/observations"):
+            if self.unavailable:
+                self.unavailable -= 1
+                return "fleet-unavailable"
             self.bound = self.bound or self.landed
             return self.observe_answer
         if (method, path) == ("GET", f"{agents}/tasks/task-7"):
@@ -287,6 +292,17 @@ async def test_a_retry_after_the_binding_landed_binds_nothing_again() -> None:
     assert sends == ["m-1:c-1", "m-1:c-1"]  # the same idempotency key, so the same task
     assert len(server.observations()) == 1  # the record already named task-7: nothing written twice
     assert again.record.lineage.task_id == "task-7"
+
+
+async def test_a_retry_after_the_send_but_before_the_binding_sends_again_and_binds() -> None:
+    server = BindingServer(unavailable=1)
+    with pytest.raises(ApplicationError) as failed:  # the attempt dies between send and observe
+        await run_dispatch_and_read(server, dispatch_and_read_request())
+    assert not failed.value.non_retryable and server.bound is False
+    dispatched = await run_dispatch_and_read(server, dispatch_and_read_request())  # Temporal's retry
+    sends = [json.loads(r.content)["message"]["messageId"] for r in server.requests if r.url.path.endswith(":send")]
+    assert sends == ["m-1:c-1", "m-1:c-1"] and dispatched.record.lineage.task_id == "task-7"
+    assert [o["runtime_identity"] for o in server.observations()] == [{"task_id": "task-7"}] * 2
 
 
 async def test_a_stale_answer_to_a_binding_that_landed_is_recognised_as_landed() -> None:
