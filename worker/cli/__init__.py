@@ -41,6 +41,7 @@ SUBCOMMANDS = (
     "worker.cli.dev",
     "worker.cli.worker_cmd",
     "worker.cli.demo",
+    "worker.cli.replay",
     "worker.cli.completion",
 )
 
