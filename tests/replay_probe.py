@@ -13,7 +13,8 @@ REPLAY_PROBE = "ReplayProbeWorkflow"
 
 @workflow.defn(name=REPLAY_PROBE)
 class ReplayProbeWorkflow:
-    """Starts a short timer, then waits for `finish` (so a run can be left running)."""
+    """Starts a short timer; then `mode` says what it does: "return", "wait" for `finish` (so a
+    run can be left running), or "continue" as new once (a second run of the same id)."""
 
     def __init__(self) -> None:
         self._finish = False
@@ -23,9 +24,11 @@ class ReplayProbeWorkflow:
         self._finish = True
 
     @workflow.run
-    async def run(self, wait_for_finish: bool) -> str:
+    async def run(self, mode: str) -> str:
         await workflow.sleep(timedelta(milliseconds=50))
-        if wait_for_finish:
+        if mode == "continue":
+            workflow.continue_as_new("return")
+        if mode == "wait":
             await workflow.wait_condition(lambda: self._finish)
         return "done"
 
@@ -42,8 +45,10 @@ class ChangedReplayProbeWorkflow:
         self._finish = True
 
     @workflow.run
-    async def run(self, wait_for_finish: bool) -> str:
+    async def run(self, mode: str) -> str:
         await workflow.execute_activity("replay_probe_step", start_to_close_timeout=timedelta(seconds=5))
-        if wait_for_finish:
+        if mode == "continue":
+            workflow.continue_as_new("return")
+        if mode == "wait":
             await workflow.wait_condition(lambda: self._finish)
         return "done"

