@@ -47,6 +47,7 @@ from workflows.admission.messages import admission_workflow_id
 from workflows.admission.model import AdmissionPolicy, AuditEvent
 from workflows.mission.ledger import WRITE_LEDGER_SNAPSHOT_ACTIVITY, MissionLedger
 from workflows.mission.messages import admission_request_id, mission_workflow_id
+from workflows.workload.client import workload_workflow_id
 from workflows.workload.record import fleet_child_id
 
 pytestmark = [pytest.mark.chaos, pytest.mark.timeout(120)]  # real processes killed on purpose, as the chaos tests
@@ -311,13 +312,17 @@ async def test_missions_across_three_workers_survive_kills_with_one_store(
     finally:
         await database.close()
 
-    # The kills hit missions in flight: some mission's workflow tasks went from a killed worker to another.
+    # The kills hit work in flight: some workflow's tasks went from a killed worker to another one.
+    for mission_id in missions:
+        for n in range(CHILDREN):
+            workload_id = workload_workflow_id(mission_id, f"c{n}")
+            takers[workload_id] = _task_pids(await _history(dev_client, workload_id))
     killed_pids = {w.process.pid for w in fleet.workers if w.name in killed and w.process is not None}
     moved = [
-        mission_id for mission_id, pids in takers.items()
+        workflow_id for workflow_id, pids in takers.items()
         if any(a in killed_pids and b != a for a, b in zip(pids, pids[1:]))
     ]  # fmt: skip
-    assert moved, f"no mission moved off a killed worker: {takers}, killed pids {killed_pids}"
+    assert moved, f"no workflow moved off a killed worker: {takers}, killed pids {killed_pids}"
 
     # No double dispatch: one substrate task and one command run per child.
     with_tasks: Counter[str] = Counter()
@@ -351,6 +356,6 @@ async def test_missions_across_three_workers_survive_kills_with_one_store(
     print(
         f"many workers: {MISSIONS} missions x {CHILDREN} children on {WORKERS} workers, killed {killed}; "
         f"{sum(len(v) for v in chains.values())} audit events in {len(chains)} chains; "
-        f"requeued {sum(requeued.values())}; {len(moved)} missions moved off a killed worker; "
+        f"requeued {sum(requeued.values())}; {len(moved)} workflows moved off a killed worker; "
         f"{gaps} snapshot numbers skipped by coalesced writes; {time.monotonic() - started_at:.1f} s"
     )
