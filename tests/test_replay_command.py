@@ -291,3 +291,45 @@ async def test_a_continue_as_new_chain_saves_every_run(dev_client: Client, tmp_p
     for path in saved.glob("*.json"):
         await Replayer(workflows=[ReplayProbeWorkflow], data_converter=pydantic_data_converter).replay_workflow(
             WorkflowHistory.from_json(path.stem, path.read_text()))
+
+
+async def test_a_failing_replay_prints_the_report_only(dev_client: Client, tmp_path, monkeypatch):
+    """In a process of its own (the core writes its logs to the process's stderr, past capsys): a
+    history that fails to replay is reported on stdout, with nothing from the core on stderr."""
+    import asyncio
+    import os
+    import subprocess
+    import sys
+
+    task_queue = f"replay-quiet-{uuid.uuid4().hex[:8]}"
+    async with Worker(dev_client, task_queue=task_queue, workflows=[ReplayProbeWorkflow]):
+        await (await dev_client.start_workflow(ReplayProbeWorkflow.run, "return", id=task_queue, task_queue=task_queue)).result()
+    profile_file = tmp_path / "temporal.toml"
+    profile_file.write_text("")
+    env = {key: value for key, value in os.environ.items() if not key.startswith("TEMPORAL_")}
+    env.update(TEMPORAL_ADDRESS=dev_client.service_client.config.target_host, TEMPORAL_CONFIG_FILE=str(profile_file))
+    query = f"TaskQueue = '{task_queue}'"
+
+    def run(classes: str = "") -> subprocess.CompletedProcess[str]:
+        code = "from worker.cli import main; main()"
+        if classes:  # replay against these classes instead of the installed ones
+            code = f"import worker.cli.replay as r, tests.replay_probe as p; r.workflow_classes = lambda: [p.{classes}]; " + code
+        return subprocess.run([sys.executable, "-c", code, "replay", "--query", query],
+                              env=env, capture_output=True, text=True, timeout=120)
+
+    from tests.polling import eventually
+
+    async def reported():
+        done = await asyncio.to_thread(run)
+        return done if f"{REPLAY_PROBE}: 1 replayed" in done.stdout else None
+
+    done = await eventually(reported, "the probe run listed", 30, interval=0.5)
+    assert done.returncode == 1  # the installed classes have no ReplayProbeWorkflow
+    assert f"failed {task_queue} (run " in done.stdout and "is not registered" in done.stdout
+    assert done.stderr == ""
+    changed = await asyncio.to_thread(run, "ChangedReplayProbeWorkflow")
+    assert changed.returncode == 1 and f"{NONDETERMINISTIC} {task_queue} (run " in changed.stdout
+    assert changed.stderr == ""
+    original = await asyncio.to_thread(run, "ReplayProbeWorkflow")
+    assert original.returncode == 0 and f"{REPLAY_PROBE}: 1 replayed, 1 passed" in original.stdout
+    assert original.stderr == ""

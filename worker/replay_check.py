@@ -16,8 +16,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import re
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -166,6 +168,19 @@ def quiet_runtime() -> Runtime:
     return _quiet_runtime
 
 
+@contextmanager
+def worker_logs_quiet() -> Iterator[None]:
+    """The SDK's worker logger, errors and worse only: it logs every failed activation with a
+    traceback (an unregistered type, a workflow that raised), which the report says in one line."""
+    logger = logging.getLogger("temporalio.worker")
+    level = logger.level
+    logger.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+
+
 def workflow_type_of(history: WorkflowHistory) -> str:
     if not history.events:
         return "?"
@@ -237,31 +252,29 @@ async def _histories(
 
 async def replay_histories(
     histories: AsyncIterator[WorkflowHistory], workflows: Sequence[type], report: ReplayReport,
-    on_result: Callable[[WorkflowHistory, BaseException | None], None] | None = None,
 ) -> ReplayReport:
     """Replay each history against `workflows` with the production data converter; every history
     is counted under its workflow type, and every failure kept (one line) in `report`."""
     replayer = Replayer(workflows=list(workflows), data_converter=pydantic_data_converter, runtime=quiet_runtime())
-    async with replayer.workflow_replay_iterator(histories) as results:
-        async for result in results:
-            name = workflow_type_of(result.history)
-            counts = report.counts.setdefault(name, TypeCounts())
-            counts.replayed += 1
-            failure = result.replay_failure
-            if failure is None:
-                counts.passed += 1
-            else:
-                kind = NONDETERMINISTIC if isinstance(failure, NondeterminismError) else FAILED
-                if kind == NONDETERMINISTIC:
-                    counts.nondeterministic += 1
+    with worker_logs_quiet():
+        async with replayer.workflow_replay_iterator(histories) as results:
+            async for result in results:
+                name = workflow_type_of(result.history)
+                counts = report.counts.setdefault(name, TypeCounts())
+                counts.replayed += 1
+                failure = result.replay_failure
+                if failure is None:
+                    counts.passed += 1
                 else:
-                    counts.failed += 1
-                report.failures.append(Failure(
-                    name, result.history.workflow_id, result.history.run_id, kind,
-                    mismatch(failure),
-                ))
-            if on_result is not None:
-                on_result(result.history, failure)
+                    kind = NONDETERMINISTIC if isinstance(failure, NondeterminismError) else FAILED
+                    if kind == NONDETERMINISTIC:
+                        counts.nondeterministic += 1
+                    else:
+                        counts.failed += 1
+                    report.failures.append(Failure(
+                        name, result.history.workflow_id, result.history.run_id, kind,
+                        mismatch(failure),
+                    ))
     return report
 
 
