@@ -47,6 +47,7 @@ async def signal_with_start_admission(
         start_signal=signal,
         start_signal_args=[payload],
         search_attributes=_attributes(host_group, search_attributes),
+        static_summary=_summary(host_group),
     )
 
 
@@ -62,6 +63,7 @@ async def set_policy_with_start(
         task_queue=task_queue,
         id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
         search_attributes=_attributes(host_group, search_attributes),
+        static_summary=_summary(host_group),
     )
     return await client.execute_update_with_start_workflow(
         "set_policy", change, start_workflow_operation=start, result_type=AdmissionPolicy,
@@ -73,6 +75,10 @@ def _input(host_group: str, policy: AdmissionPolicy, max_history_events: int | N
     if max_history_events is not None:
         workflow_input.max_history_events = max_history_events
     return workflow_input
+
+
+def _summary(host_group: str) -> str:
+    return f"admission singleton of host group {host_group}: every lease there is granted, renewed and audited here"
 
 
 def _attributes(host_group: str, wanted: bool) -> TypedSearchAttributes | None:

@@ -304,8 +304,8 @@ async def workloads_refused(client: Client, fleet_url: str) -> None:
     await (await run(first, "workload:recorded-direct:clash")).result()
     budgets = first.child.budgets.model_copy(update={"timeout_seconds": first.child.budgets.timeout_seconds + 1})
     clash = first.model_copy(update={"child": first.child.model_copy(update={"budgets": budgets})})
-    await (await run(clash, "workload:recorded-direct:clash-again")).result()
-    await (await run(direct("in-a-vm", "echo never", runtime_kind="vm"), "workload:recorded-direct:in-a-vm")).result()
+    await ended(await run(clash, "workload:recorded-direct:clash-again"))  # fails: workload.failed
+    await ended(await run(direct("in-a-vm", "echo never", runtime_kind="vm"), "workload:recorded-direct:in-a-vm"))
 
     stuck = await run(direct("stuck", "echo never"), "workload:recorded-direct:stuck", NO_EXECUTOR_QUEUE)
     fleet = FleetClient(fleet_url, FLEET_TOKEN)

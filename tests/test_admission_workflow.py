@@ -153,7 +153,7 @@ async def test_renewals_keep_a_lease_for_hours(fresh_time_skipping_env, tmp_path
 
 
 async def test_a_lease_that_stops_being_renewed_expires_and_capacity_moves_on(fresh_time_skipping_env, tmp_path):
-    policy = AdmissionPolicy(max_concurrent=1, lease_ttl_seconds=60)
+    policy = AdmissionPolicy(max_concurrent=1, lease_ttl_seconds=60, max_requeue_attempts=0)  # ends, not requeued
     async with admission_harness(fresh_time_skipping_env.client, tmp_path, policy) as h:
         silent = await h.start_probe("silent", ProbeRequest(request_id="silent"), hold_seconds=HOLD, renew=False)
         await h.until_leased("silent")

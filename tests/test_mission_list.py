@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from datetime import datetime, timedelta, timezone
 import uuid
 
 import pytest
@@ -111,7 +112,7 @@ async def test_list_filters_closed_missions_and_json(dev_client: Client, substra
         assert header[:4] == ["MISSION", "STATE", "AGGREGATION", "HOST"] and header[-1] == "DURATION"
         rows = rows_of(result.out)
         assert list(rows) == [live.mission_id, done.mission_id]  # newest first
-        assert rows[done.mission_id].split()[1:5] == ["completed", "all-pass", done.host_group, "Completed"]
+        assert rows[done.mission_id].split()[1:6] == ["completed", "all-pass", done.host_group, "Completed", "1/0/0"]
         assert rows[live.mission_id].split()[4] == "Running" and rows[live.mission_id].endswith("so far")
         assert rows[live.mission_id].split()[1] == "completed"  # its verdict; the daemon still runs
 
@@ -122,6 +123,7 @@ async def test_list_filters_closed_missions_and_json(dev_client: Client, substra
         [entry] = json.loads(closed.out)
         assert entry["mission_id"] == done.mission_id and entry["status"] == "Completed"
         assert entry["state"] == "completed" and entry["closed"] is not None
+        assert entry["children"] == {"ok": 1, "failed": 0, "pending": 0}  # exact once closed
         assert 1 <= entry["duration_seconds"] < 120 and entry["continued_as_new"] is False
         by_group = await conductor(capsys, "mission", "list", "--host-group", done.host_group, "--json")
         assert [item["mission_id"] for item in json.loads(by_group.out)] == [done.mission_id]
@@ -129,6 +131,11 @@ async def test_list_filters_closed_missions_and_json(dev_client: Client, substra
         assert by_state.code == 0 and by_state.out.splitlines()[1:] == ["(no missions)"]
         limited = await conductor(capsys, "mission", "list", "--orchestrator", orchestrator, "--limit", "1")
         assert list(rows_of(limited.out)) == [live.mission_id]
+        recent = await conductor(capsys, "mission", "list", "--orchestrator", orchestrator, "--since", "10m")
+        assert set(rows_of(recent.out)) == {live.mission_id, done.mission_id}
+        future = datetime.now(timezone.utc) + timedelta(hours=1)
+        later = await conductor(capsys, "mission", "list", "--orchestrator", orchestrator, "--since", future.isoformat())
+        assert later.code == 0 and later.out.splitlines()[1:] == ["(no missions)"]
 
         await h.control.stop(live.mission_id)
         await asyncio.wait_for(h.control.handle(live.mission_id).result(), timeout=45)
@@ -142,7 +149,8 @@ async def test_no_missions_and_bad_filters(dev_client: Client, substrate, tmp_pa
         assert empty.out.splitlines()[0].startswith("MISSION") and empty.out.splitlines()[1] == "(no missions)"
         as_json = await conductor(capsys, "mission", "list", "--orchestrator", f"nobody-{h.suffix}", "--json")
         assert as_json.code == 0 and json.loads(as_json.out) == []
-        for bad in (["--state", "sleeping"], ["--host-group", "a b"], ["--orchestrator", "x'\x1b[2J"]):
+        for bad in (["--state", "sleeping"], ["--host-group", "a b"], ["--orchestrator", "x'\x1b[2J"],
+                    ["--since", "yesterday"], ["--since", "2026-12-01T09:00:00"]):
             result = await conductor(capsys, "mission", "list", *bad)
             assert result.code == 2 and result.out == "" and result.err.count("\n") == 1, result
             assert result.err.startswith("conductor: ")

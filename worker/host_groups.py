@@ -15,6 +15,7 @@ is refused instead of quietly creating a new admission workflow with the default
 from __future__ import annotations
 
 import asyncio
+import difflib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
@@ -163,6 +164,9 @@ async def require_host_group(client: Client, host_group: str) -> None:
     elif not names:
         known = "there are no host groups yet"
     else:
+        # A typo is the usual reason: the names closest to it first, then the rest by name.
+        close = difflib.get_close_matches(host_group, names, n=NAMES_SHOWN, cutoff=0.5)
+        names = close + [name for name in names if name not in close]
         shown = ", ".join(names[:NAMES_SHOWN]) + (f" and {len(names) - NAMES_SHOWN} more" if len(names) > NAMES_SHOWN else "")
         known = f"host groups: {shown}"
     raise HostGroupMissing(

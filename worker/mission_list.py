@@ -11,9 +11,10 @@ start of its first run.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from typing import Any, get_args
 
 from temporalio.client import Client, WorkflowExecution, WorkflowExecutionStatus
@@ -23,7 +24,15 @@ from worker.inputs import InputError, check_argument
 from worker.tables import human_duration, render_table
 from workflows.mission.ledger import ParentState
 from workflows.mission.messages import MISSION_WORKFLOW, mission_workflow_id
-from workflows.mission.search import MISSION_AGGREGATION, MISSION_HOST_GROUP, MISSION_ORCHESTRATOR, MISSION_STATE
+from workflows.mission.search import (
+    MISSION_AGGREGATION,
+    MISSION_CHILDREN_FAILED,
+    MISSION_CHILDREN_OK,
+    MISSION_CHILDREN_PENDING,
+    MISSION_HOST_GROUP,
+    MISSION_ORCHESTRATOR,
+    MISSION_STATE,
+)
 from workflows.mission.spec import HostGroup, SpecId
 
 MISSION_STATES: tuple[str, ...] = get_args(ParentState)
@@ -72,9 +81,31 @@ class MissionQuery:
         return all(attributes.get(key) == value for key, value in self.exact)
 
 
+SINCE = re.compile(r"^(\d{1,6})([smhd])$")
+SINCE_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def since_time(value: str, now: datetime) -> datetime:
+    """`--since`: a duration back from now (`90s`, `30m`, `6h`, `7d`) or a time with its offset
+    (`2026-12-01T09:00:00Z`); InputError otherwise."""
+    match = SINCE.match(value.strip())
+    if match:
+        return now - timedelta(seconds=int(match[1]) * SINCE_UNITS[match[2]])
+    try:
+        moment = datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
+    except ValueError:
+        moment = None
+    if moment is None or moment.tzinfo is None:
+        raise InputError(
+            f"--since {value!r}: give a duration back from now (90s, 30m, 6h, 7d) "
+            "or a time with its offset (2026-12-01T09:00:00Z)"
+        )
+    return moment.astimezone(timezone.utc)
+
+
 def mission_query(
     *, state: str | None = None, host_group: str | None = None, orchestrator: str | None = None,
-    running: bool = False, closed: bool = False,
+    running: bool = False, closed: bool = False, since: datetime | None = None,
 ) -> MissionQuery:
     """The visibility query for these filters; InputError for a value no mission can have."""
     if running and closed:
@@ -94,6 +125,9 @@ def mission_query(
             clauses.append(f"{key.name} = {literal(value)}")
         else:
             exact.append((key, value))
+    if since is not None:
+        # A mission that continued as new is matched by its current run's start.
+        clauses.append(f"StartTime >= {literal(since.astimezone(timezone.utc).strftime('%Y-%m-%dT%H:%M:%SZ'))}")
     if running:
         clauses.append("ExecutionStatus = 'Running'")
     elif closed:
@@ -114,6 +148,7 @@ class MissionRow:
     started: datetime  # the first run's start (a mission that continued as new keeps its start)
     closed: datetime | None
     continued_as_new: bool  # its current run is not its first
+    children: tuple[int, int, int] | None = None  # ok, failed, pending (see workflows/mission/search.py)
 
     def duration_seconds(self, now: datetime) -> float:
         return ((self.closed or now) - self.started).total_seconds()
@@ -125,6 +160,7 @@ class MissionRow:
             "orchestrator": self.orchestrator, "status": self.status,
             "started": self.started.isoformat(), "closed": self.closed.isoformat() if self.closed else None,
             "duration_seconds": round(self.duration_seconds(now), 3), "continued_as_new": self.continued_as_new,
+            "children": dict(zip(("ok", "failed", "pending"), self.children)) if self.children else None,
         }
 
 
@@ -174,10 +210,17 @@ def _row(execution: WorkflowExecution, started: datetime, continued_as_new: bool
         started=started,
         closed=execution.close_time,
         continued_as_new=continued_as_new,
+        children=_children(attributes),
     )
 
 
-HEADERS = ["MISSION", "STATE", "AGGREGATION", "HOST GROUP", "STATUS", "STARTED (UTC)", "CLOSED (UTC)", "DURATION"]
+def _children(attributes) -> tuple[int, int, int] | None:
+    counts = tuple(attributes.get(key) for key in (MISSION_CHILDREN_OK, MISSION_CHILDREN_FAILED, MISSION_CHILDREN_PENDING))
+    return None if None in counts else counts  # type: ignore[return-value]
+
+
+HEADERS = ["MISSION", "STATE", "AGGREGATION", "HOST GROUP", "STATUS", "OK/FAILED/PENDING", "STARTED (UTC)", "CLOSED (UTC)",
+           "DURATION"]
 
 
 def _when(moment: datetime | None) -> str | None:
@@ -192,9 +235,10 @@ def missions_table(rows: Sequence[MissionRow], now: datetime) -> str:
         [
             [row.mission_id, row.state, row.aggregation, row.host_group,
              row.status + (" (continued as new)" if row.continued_as_new else ""),
+             "/".join(map(str, row.children)) if row.children else "-",
              _when(row.started), _when(row.closed),
              human_duration(row.duration_seconds(now)) + ("" if row.closed else " so far")]
             for row in rows
         ],
-        right=(7,),
+        right=(5, 8),
     )

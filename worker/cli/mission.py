@@ -28,7 +28,7 @@ from worker.config import WorkerConfig
 from worker.connection import CLI_RETRY_CONFIG, ReconnectSettingError, connect
 from worker.inputs import InputError, check_argument, label, one_line, read_json
 from worker.ledger_view import ProgressLines, progress_record, render_ledger, render_progress
-from worker.mission_list import MAX_LIMIT, MISSION_STATES, list_missions, mission_query, missions_table
+from worker.mission_list import MAX_LIMIT, MISSION_STATES, list_missions, mission_query, missions_table, since_time
 from worker.admission_live import LiveError
 from worker.child_output import LOG_TAIL_BYTES, STDERR_TAIL_BYTES, ExecutorReader, LogPrinter, failure_lines, read_streams
 from worker.host_groups import create_host_group, require_host_group
@@ -98,6 +98,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     status = listing.add_mutually_exclusive_group()
     status.add_argument("--running", action="store_true", help="only missions whose workflow runs")
     status.add_argument("--closed", action="store_true", help="only missions whose workflow has closed")
+    listing.add_argument("--since", metavar="T", help="only missions started since T: 30m, 6h, 7d, or 2026-12-01T09:00:00Z")
     listing.add_argument("--limit", type=_positive_int, default=50, metavar="N", help="at most N missions (default 50)")
     listing.add_argument("--json", action="store_true", help="print a JSON array for scripts")
     listing.set_defaults(func=lambda args: _run(_list(args)))
@@ -423,6 +424,7 @@ async def _list(args: argparse.Namespace) -> int:
     query = mission_query(
         state=args.state, host_group=args.host_group, orchestrator=args.orchestrator,
         running=args.running, closed=args.closed,
+        since=since_time(args.since, datetime.now(timezone.utc)) if args.since is not None else None,
     )
     client = await connect(retry_config=CLI_RETRY_CONFIG)
     rows = await list_missions(client, query, args.limit)

@@ -296,7 +296,8 @@ class AdmissionWorkflow:
             preempted=sum(1 for event in events if event.type in ("preempted", "displaced")),
         )
         limits = ", ".join(
-            f"{label} {used}/{maximum}" for label, used, maximum in usage if maximum is not None or used
+            f"{label} {used}/{maximum}" if maximum is not None else f"{label} {used} (no limit)"
+            for label, used, maximum in usage if maximum is not None or used
         )
         workflow.set_current_details(
             f"admission for host group {self._input.host_group}: {queued} queued, {len(state.admitted)} leases held"
@@ -383,7 +384,7 @@ class AdmissionWorkflow:
                 )
                 if rec.state == "queued":
                     decision.position = engine.queue_position(state, rec)
-                    decision.binding_constraint = engine.binding_constraint(state, rec.class_key)
+                    decision.binding_constraint = engine.waiting_on(state, rec)
                 decisions.append(decision)
             batch = DecisionBatch(host_group=self._input.host_group, revision=state.revision, decisions=decisions)
             self._spawn(self._signal_requester(requester, batch))

@@ -1,7 +1,8 @@
 """Search attributes that let operators find missions, their workloads and the admission
 singletons in the Temporal UI (and `temporal workflow list --query`).
 
-A mission keeps its four current; each workload is started with its mission, kind and host
+A mission keeps its state, aggregation, host group and orchestrator current, with its children's
+counts; each workload is started with its mission, kind and host
 group and keeps `WorkloadState` current; an admission singleton carries its host group.
 
 They must be registered on the server (`conductor dev` does it; on another server:
@@ -16,10 +17,17 @@ MISSION_STATE = SearchAttributeKey.for_keyword("MissionState")
 MISSION_AGGREGATION = SearchAttributeKey.for_keyword("MissionAggregation")
 MISSION_HOST_GROUP = SearchAttributeKey.for_keyword("MissionHostGroup")
 MISSION_ORCHESTRATOR = SearchAttributeKey.for_keyword("MissionOrchestrator")
+# Children ok / failed / pending, as of the mission's last change of state and exact once it closed
+# (not upserted on every child's end: a hundred children would cost a hundred history events).
+MISSION_CHILDREN_OK = SearchAttributeKey.for_int("MissionChildrenOk")
+MISSION_CHILDREN_FAILED = SearchAttributeKey.for_int("MissionChildrenFailed")
+MISSION_CHILDREN_PENDING = SearchAttributeKey.for_int("MissionChildrenPending")
 MISSION_ID = SearchAttributeKey.for_keyword("MissionId")
 WORKLOAD_KIND = SearchAttributeKey.for_keyword("WorkloadKind")
 WORKLOAD_STATE = SearchAttributeKey.for_keyword("WorkloadState")
 
 SEARCH_ATTRIBUTES = [
-    MISSION_STATE, MISSION_AGGREGATION, MISSION_HOST_GROUP, MISSION_ORCHESTRATOR, MISSION_ID, WORKLOAD_KIND, WORKLOAD_STATE,
+    MISSION_STATE, MISSION_AGGREGATION, MISSION_HOST_GROUP, MISSION_ORCHESTRATOR,
+    MISSION_CHILDREN_OK, MISSION_CHILDREN_FAILED, MISSION_CHILDREN_PENDING,
+    MISSION_ID, WORKLOAD_KIND, WORKLOAD_STATE,
 ]

@@ -60,6 +60,9 @@ with workflow.unsafe.imports_passed_through():
     from workflows.metrics import mission_closed
     from workflows.mission.search import (
         MISSION_AGGREGATION,
+        MISSION_CHILDREN_FAILED,
+        MISSION_CHILDREN_OK,
+        MISSION_CHILDREN_PENDING,
         MISSION_HOST_GROUP,
         MISSION_ID,
         MISSION_ORCHESTRATOR,
@@ -502,7 +505,7 @@ class MissionWorkflow:
         await self._admission.give_back_everything()
         self._fold_decisions()
         await self._snapshot(flush=True)
-        self._publish()
+        self._publish(closing=True)
         mission_closed(workflow.metric_meter(), self._spec.host_group, self._ledger.parent_state)
 
     async def _until_children_ended(self) -> None:
@@ -566,7 +569,9 @@ class MissionWorkflow:
         if self._ledger.snapshot_seq == self._written_seq:
             return
         ledger = self._ledger
-        timeout, summary = SNAPSHOT_WRITE_TIMEOUT, f"ledger snapshot {ledger.snapshot_seq} ({ledger.parent_state})"
+        # The summary shows on the workflow page's timeline: where waiting children stand goes there too.
+        summary = f"ledger snapshot {ledger.snapshot_seq} ({ledger.parent_state}{self._queued_text(at_most=2)})"[:240]
+        timeout = SNAPSHOT_WRITE_TIMEOUT
         if local:
             await workflow.execute_local_activity(
                 WRITE_LEDGER_SNAPSHOT_ACTIVITY, ledger, result_type=SnapshotRef, start_to_close_timeout=timeout, summary=summary,
@@ -577,15 +582,17 @@ class MissionWorkflow:
             )
         self._written_seq = ledger.snapshot_seq
 
-    def _publish(self) -> None:
+    def _publish(self, *, closing: bool = False) -> None:
+        """Current details always; search attributes when the state changes, and when closing
+        (so a closed mission's children counts are exact)."""
         ledger = self._ledger
         summary = ledger.aggregation
         self._details(
             f"{ledger.parent_state}: {summary.reason} "
             f"({len(summary.successful)} ok, {len(summary.failed)} failed, {len(summary.pending)} pending, "
-            f"{len(self._running)} running)"
+            f"{len(self._running)} running){self._queued_text()}"
         )
-        if ledger.parent_state == self._shown_state:
+        if ledger.parent_state == self._shown_state and not closing:
             return
         self._shown_state = ledger.parent_state
         if self._input.search_attributes:
@@ -594,7 +601,29 @@ class MissionWorkflow:
                 MISSION_AGGREGATION.value_set(self._spec.aggregation.mode),
                 MISSION_HOST_GROUP.value_set(self._spec.host_group),
                 MISSION_ORCHESTRATOR.value_set(self._spec.orchestrator_id),
+                MISSION_CHILDREN_OK.value_set(len(summary.successful)),
+                MISSION_CHILDREN_FAILED.value_set(len(summary.failed)),
+                MISSION_CHILDREN_PENDING.value_set(len(summary.pending)),
             ])
+
+    def _queued_text(self, at_most: int = 5) -> str:
+        """Where the children waiting for admission stand, as of the singleton's last word on them."""
+        waiting = [
+            (decision.position or 0, child_id, decision.binding_constraint)
+            for child_id in self._assignments
+            if child_id not in self._started
+            and (decision := self._admission.decisions.get(self._request_id(child_id))) is not None
+            and decision.state == "queued"
+        ]
+        if not waiting:
+            return ""
+        shown = "; ".join(
+            f"{child_id} #{position} in the queue of admission:{self._spec.host_group}"
+            + (f", waiting on {constraint}" if constraint else "")
+            for position, child_id, constraint in sorted(waiting)[:at_most]
+        )
+        more = f"; and {len(waiting) - at_most} more" if len(waiting) > at_most else ""
+        return f"; queued: {shown}{more}"
 
     def _details(self, text: str) -> None:
         workflow.set_current_details(f"mission {self._spec.mission_id} ({self._spec.goal}): {text}")

@@ -99,13 +99,18 @@ def build_record(input: WorkloadInput, now: datetime) -> WorkloadRecord:
 
 def build_dispatch(input: WorkloadInput) -> TaskDispatch:
     child = input.child
+    message_id = dispatch_id(input.mission_id, child.child_id)
     return TaskDispatch(
-        message_id=dispatch_id(input.mission_id, child.child_id),
+        message_id=message_id,
         child_id=fleet_child_id(input.mission_id, child.child_id),
         kind=child.kind,
         prompt=child.prompt,
         schedule=child.schedule,
         verifier=child.verifier,
+        # A persistent agent's session is the A2A context: the executor gives a task a contextId
+        # only when its message carries one (agentic-sandbox-executor handlers/send_message.rs), so
+        # the conductor names it, stably, and binds it to the record as the session.
+        context_id=f"{input.mission_id}:{child.child_id}:session" if child.kind == "persistent-agent" else None,
     )
 
 
