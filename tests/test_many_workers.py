@@ -57,8 +57,10 @@ READY = "conductor worker: polling task queue"
 WORKERS = 3
 MISSIONS = 6
 CHILDREN = 3
-# The substrate fixture has four targets; eight leases at a time keep every worker busy.
-POLICY = AdmissionPolicy(max_concurrent=8, runtime_quotas={"host": 8}, lease_ttl_seconds=20)
+# The substrate fixture has four targets; eight leases at a time keep every worker busy. A mission
+# whose worker dies twice can wait two workflow-task timeouts (10 s each) before it renews again: a
+# 30 s lease (renewed at 10 s) mostly outlives that, and a requeue when it does not is allowed below.
+POLICY = AdmissionPolicy(max_concurrent=8, runtime_quotas={"host": 8}, lease_ttl_seconds=30)
 
 
 
@@ -255,7 +257,7 @@ async def test_missions_across_three_workers_survive_kills_with_one_store(
     missions = [f"many-{suffix}-{n}" for n in range(MISSIONS)]
     started_at = time.monotonic()
     try:
-        # Three workers start together on a new database: the migration runs once (advisory lock).
+        # Three workers start at once on a new database, each migrating it before it polls.
         workers = await asyncio.gather(*(fleet.start(f"worker-{n}") for n in range(WORKERS)))
         for n, mission_id in enumerate(missions):
             await control.start(parse_spec(_spec(mission_id, host_groups[n % 2], runs, 1 + (n % 3) * 0.5)))
