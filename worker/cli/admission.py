@@ -33,6 +33,7 @@ from worker.host_groups import host_groups_table, list_host_groups
 from worker.inputs import InputError, check_argument, read_json, read_lines
 from worker.connection import ReconnectSettingError
 from worker.simulator import TraceError, check_moment, describe_validation_error, load_policy, simulate
+from worker.cli.arguments import whole_number
 from workflows.admission.messages import LeaseRow, PolicyChange, QueueRow, UsageRow, WhatIf
 from workflows.admission.model import AdmissionPolicy, AdmissionRequest, AuditEvent, OperatorName
 from workflows.mission.spec import HostGroup
@@ -63,7 +64,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     queue = _live_parser(commands, "queue", "requests waiting for admission, in admission order",
                          "Position, request, requester, priority, effective (aged) priority, how long it had "
                          "waited at the workflow's last decision, and the limit it waits on.")
-    queue.add_argument("--limit", type=_positive_int, default=100, metavar="N", help="show at most N requests (default 100)")
+    queue.add_argument("--limit", type=whole_number(1), default=100, metavar="N", help="show at most N requests (default 100)")
     queue.set_defaults(func=_live(run_queue))
 
     leases = _live_parser(commands, "leases", "admitted requests and their leases",
@@ -79,7 +80,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                          "The most recent audit events the workflow keeps in memory; with --stored, the whole "
                          "trail from the audit store the workers write (CONDUCTOR_DATABASE_URL, else the SQLite "
                          "file in CONDUCTOR_DATA_DIR), which needs no Temporal server.")
-    audit.add_argument("--limit", type=_positive_int, default=20, metavar="N", help="show the last N events (default 20)")
+    audit.add_argument("--limit", type=whole_number(1), default=20, metavar="N", help="show the last N events (default 20)")
     audit.add_argument("--stored", action="store_true", help="read the audit store instead of the live workflow")
     audit.add_argument("--request-id", metavar="R", help="with --stored: only the events of request R")
     audit.set_defaults(func=run_audit_command)
@@ -125,16 +126,6 @@ def _live_parser(commands: argparse._SubParsersAction, name: str, help: str, des
     parser.add_argument("--host-group", required=True, metavar="G", help="host group name")
     parser.add_argument("--json", action="store_true", help="print JSON for scripts instead of a table")
     return parser
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
 
 
 # --- running: every live command is one asyncio.run, every failure one line ------------------------

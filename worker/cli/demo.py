@@ -23,6 +23,7 @@ from worker.inputs import InputError, label, read_json
 from worker.ledger_view import ProgressLines, render_ledger, render_progress
 from worker.mission_control import MissionControl, MissionSpecError, parse_spec
 from worker.stack import DEFAULT_DATA_DIR, DEFAULT_INSTANCES, DevStack, StackError
+from worker.cli.arguments import whole_number
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -42,7 +43,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     demo.add_argument("--ui-port", type=_port, default=0, metavar="PORT", help="Temporal Web UI port (default: a free one)")
     demo.add_argument("--substrate-port", type=_port, default=0, metavar="PORT",
                       help="local substrate port (default: a free one)")
-    demo.add_argument("--instances", type=_instances, default=DEFAULT_INSTANCES, metavar="N",
+    demo.add_argument("--instances", type=whole_number(1), default=DEFAULT_INSTANCES, metavar="N",
                       help=f"substrate executor instances (default {DEFAULT_INSTANCES}; the bundled mission needs 4)")
     demo.set_defaults(func=run_demo)
 
@@ -54,16 +55,6 @@ def _port(text: str) -> int:
         raise argparse.ArgumentTypeError(f"not a port number: {text!r}") from None
     if not 0 <= value <= 65535:
         raise argparse.ArgumentTypeError(f"must be 0-65535 (0: a free one), got {value}")
-    return value
-
-
-def _instances(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
     return value
 
 

@@ -30,6 +30,7 @@ from worker.inputs import InputError, check_argument, label, one_line, read_json
 from worker.ledger_view import ProgressLines, progress_record, render_ledger, render_progress
 from worker.mission_list import MAX_LIMIT, MISSION_STATES, list_missions, mission_query, missions_table, since_time
 from worker.admission_live import LiveError
+from worker.cli.arguments import whole_number
 from worker.child_output import LOG_TAIL_BYTES, STDERR_TAIL_BYTES, ExecutorReader, LogPrinter, failure_lines, read_streams
 from worker.host_groups import create_host_group, require_host_group
 from worker.mission_waits import admission_waits
@@ -99,7 +100,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     status.add_argument("--running", action="store_true", help="only missions whose workflow runs")
     status.add_argument("--closed", action="store_true", help="only missions whose workflow has closed")
     listing.add_argument("--since", metavar="T", help="only missions started since T: 30m, 6h, 7d, or 2026-12-01T09:00:00Z")
-    listing.add_argument("--limit", type=_positive_int, default=50, metavar="N", help="at most N missions (default 50)")
+    listing.add_argument("--limit", type=whole_number(1, MAX_LIMIT), default=50, metavar="N", help="at most N missions (default 50)")
     listing.add_argument("--json", action="store_true", help="print a JSON array for scripts")
     listing.set_defaults(func=lambda args: _run(_list(args)))
 
@@ -183,16 +184,6 @@ prints the final ledger. Exit 0 iff the verdict is completed.
 one with "event": "verdict" when the verdict settles, and last "event": "final" with
 the same fields, "closed", and "ledger" (the whole final ledger).
 """
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
-    if not 1 <= value <= MAX_LIMIT:
-        raise argparse.ArgumentTypeError(f"must be 1 to {MAX_LIMIT}, got {value}")
-    return value
 
 
 INTERRUPTED = 130  # as a shell reports a command ended by SIGINT
