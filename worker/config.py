@@ -29,6 +29,9 @@ class WorkerConfig:
     executor_url: str = DEFAULT_SUBSTRATE_URL
     # PostgreSQL for the ledger and audit stores (activities/stores.py); None: the SQLite files below.
     database_url: str | None = None
+    # Worker Deployment Versioning (worker/worker.py): both set, or neither (no versioning).
+    deployment_name: str | None = None
+    build_id: str | None = None
 
     @property
     def audit_db(self) -> Path:
@@ -61,7 +64,23 @@ class WorkerConfig:
             fleet_url=substrate_url,
             executor_url=substrate_url,
             database_url=database_url,
+            **deployment_version(env.get(DEPLOYMENT_NAME_ENV), env.get(BUILD_ID_ENV)),
         )
+
+
+DEPLOYMENT_NAME_ENV = "CONDUCTOR_DEPLOYMENT_NAME"
+BUILD_ID_ENV = "CONDUCTOR_BUILD_ID"
+
+
+def deployment_version(deployment_name: str | None, build_id: str | None) -> dict[str, str | None]:
+    """The two versioning fields, refused as InputError (one line) unless both or neither are given:
+    half a version would either silently run unversioned or fail deep inside the SDK."""
+    if bool(deployment_name) != bool(build_id):
+        raise InputError(
+            f"worker versioning needs both {DEPLOYMENT_NAME_ENV} (--deployment-name) and {BUILD_ID_ENV} "
+            "(--build-id), or neither; set the missing one"
+        )
+    return {"deployment_name": deployment_name or None, "build_id": build_id or None}
 
 
 def _policy_from_file(path: str) -> AdmissionPolicy:

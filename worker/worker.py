@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from temporalio.client import Client
-from temporalio.worker import Worker
+from temporalio.common import VersioningBehavior, WorkerDeploymentVersion
+from temporalio.worker import Worker, WorkerDeploymentConfig
 
 from activities.admission import AdmissionActivities
 from activities.audit_store import AuditActivities
@@ -49,6 +50,26 @@ class ConductorWorker(Worker):
                 await self._owned_fleet.aclose()
 
 
+def deployment_config(config: WorkerConfig) -> WorkerDeploymentConfig | None:
+    """The worker's deployment version, or None (unversioned: any worker on the queue takes any task).
+
+    PINNED by default: a mission lives for hours or days (its daemons and agents outlive its verdict),
+    and a workflow that moved to new code mid-run would need every change guarded by patches. Pinned,
+    each mission, and the workload children it starts on the same queue, finishes on the build it
+    started on; only new missions go to the version made current. The price: a version's workers must
+    keep running until every workflow pinned to it has closed (docs/deploy.md, "Rolling out new
+    workflow code"), including the per-host-group admission singleton, which continues-as-new on its
+    pinned version until it is moved (`temporal workflow update-options`) or closes.
+    """
+    if config.deployment_name is None or config.build_id is None:
+        return None
+    return WorkerDeploymentConfig(
+        version=WorkerDeploymentVersion(deployment_name=config.deployment_name, build_id=config.build_id),
+        use_worker_versioning=True,
+        default_versioning_behavior=VersioningBehavior.PINNED,
+    )
+
+
 def build_worker(
     client: Client,
     config: WorkerConfig,
@@ -64,6 +85,9 @@ def build_worker(
     # Tokens come from the worker's environment (activities.credentials), never from workflows.
     owned_fleet = FleetActivities.from_environment(config.fleet_url, config.executor_url) if fleet is None else None
     fleet = fleet or owned_fleet
+    versioning = deployment_config(config)
+    if versioning is not None:
+        worker_options.setdefault("deployment_config", versioning)
     return ConductorWorker(
         client,
         owned_fleet=owned_fleet,

@@ -11,11 +11,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
+import os
 import sys
 from pathlib import Path
 
 from activities.credentials import MissingCredential, executor_token, fleet_token
-from worker.config import WorkerConfig
+from worker.config import BUILD_ID_ENV, DEPLOYMENT_NAME_ENV, WorkerConfig
 from worker.connection import ConnectionSettingError, connect, connect_options
 from worker.metrics import MetricsSettingError, metrics_address, metrics_runtime
 from worker.signals import stop_requested
@@ -41,11 +42,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="serve Prometheus metrics (the SDK's and the product's) at http://HOST:PORT/metrics "
         "(default: CONDUCTOR_METRICS_ADDRESS; unset: no metrics)",
     )
+    worker.add_argument("--deployment-name", help="worker versioning: deployment name (default: CONDUCTOR_DEPLOYMENT_NAME)")
+    worker.add_argument("--build-id", help="worker versioning: this build's id (default: CONDUCTOR_BUILD_ID)")
     worker.set_defaults(func=run_worker)
 
 
 def _config(args: argparse.Namespace) -> WorkerConfig:
-    config = WorkerConfig.from_env()
+    env = dict(os.environ)
+    for name, value in ((DEPLOYMENT_NAME_ENV, args.deployment_name), (BUILD_ID_ENV, args.build_id)):
+        if value:
+            env[name] = value
+    config = WorkerConfig.from_env(env)
     changes: dict[str, object] = {}
     if args.substrate_url:
         changes.update(fleet_url=args.substrate_url, executor_url=args.substrate_url)
@@ -90,7 +97,8 @@ async def _serve(config: WorkerConfig, profile: str | None, metrics: str | None 
             print(
                 f"conductor worker: polling task queue {config.task_queue} on {options['target_host']} "
                 f"(namespace {options['namespace']}); substrate {config.fleet_url}; data {config.data_dir}"
-                f"{f'; metrics http://{metrics}/metrics' if metrics else ''}. "
+                f"{f'; metrics http://{metrics}/metrics' if metrics else ''}"
+                f"{f'; version {config.deployment_name}.{config.build_id} (pinned)' if config.build_id else ''}. "
                 "Ctrl-C to stop.",
                 flush=True,
             )
