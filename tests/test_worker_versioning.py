@@ -3,7 +3,8 @@
 Two worker versions of the real workflows share one task queue. A mission started while v1 is
 current stays pinned to v1 after v2 becomes current (its daemon keeps it running past its verdict,
 and its stop is handled by v1); a mission started afterwards runs on v2. Workload children follow
-their parent's version.
+their parent's version, even one started after the switch. The old version is then drained with
+the `temporal` CLI commands docs/deploy.md gives operators.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from temporalio.api.workflowservice.v1 import (
     SetWorkerDeploymentCurrentVersionRequest,
 )
 from temporalio.client import Client, WorkflowHandle
-from temporalio.service import RPCError
+from temporalio.service import RPCError, RPCStatusCode
 
 from activities.fleet import FleetActivities
 from tests.cli_support import conductor_now
@@ -91,6 +92,16 @@ async def _pinned_to(handle: WorkflowHandle) -> tuple[int, str]:
     return info.behavior, info.deployment_version.build_id
 
 
+async def _exists(handle: WorkflowHandle) -> bool:
+    try:
+        await handle.describe()
+    except RPCError as error:
+        if error.status == RPCStatusCode.NOT_FOUND:
+            return False
+        raise
+    return True
+
+
 async def _last_event_id(handle: WorkflowHandle) -> int:
     return max([event.event_id async for event in handle.fetch_history_events()])
 
@@ -112,7 +123,7 @@ async def test_a_running_mission_finishes_on_its_version_while_new_missions_star
     suffix = uuid.uuid4().hex[:8]
     deployment = f"conductor-{suffix}"
     base = dict(
-        task_queue=f"tq-{suffix}", admission_policy=POLICY,
+        task_queue=f"tq-{suffix}", admission_policy=POLICY.model_copy(update={"max_concurrent": 1, "runtime_quotas": {"host": 1}}),
         fleet_url=substrate.base_url, executor_url=substrate.base_url, deployment_name=deployment,
     )
     v1 = WorkerConfig(data_dir=tmp_path / "v1", build_id="v1", **base)
@@ -122,17 +133,19 @@ async def test_a_running_mission_finishes_on_its_version_while_new_missions_star
     try:
         async with build_worker(dev_client, v1, fleet=fleet, workflow_failure_exception_types=[Exception]):
             await _make_current(dev_client, deployment, "v1")
-            old = parse_spec(_spec(suffix, "old"))
-            verdict = await control.run(old)
-            assert verdict.parent_state == "completed", verdict.aggregation.reason
+            # One slot: the one-shot holds it, so the daemon's workload starts only once v2 is current.
+            old = parse_spec({**_spec(suffix, "old"), "children": [
+                {"child_id": "first", "kind": "one-shot-command", "prompt": "sleep 3"}, *_spec(suffix, "old")["children"],
+            ]})
+            await control.start(old)
             old_mission = control.handle(old.mission_id)
+            first = dev_client.get_workflow_handle(workload_workflow_id(old.mission_id, "first"))
             old_workload = dev_client.get_workflow_handle(workload_workflow_id(old.mission_id, "api"))
-            assert await _pinned_to(old_mission) == (VersioningBehavior.VERSIONING_BEHAVIOR_PINNED, "v1")
-            # The daemon's workload child (same task queue) inherits its pinned parent's version.
-            assert await _pinned_to(old_workload) == (VersioningBehavior.VERSIONING_BEHAVIOR_PINNED, "v1")
+            await eventually(lambda: _exists(first), "the one-shot's workload started", 20.0, 0.1)
 
             async with build_worker(dev_client, v2, fleet=fleet, workflow_failure_exception_types=[Exception]):
-                switch = {h.id: await _last_event_id(h) for h in (old_mission, old_workload)}
+                switch = await _last_event_id(old_mission)
+
                 async def made_current() -> bool:
                     done = await _temporal(
                         dev_client, "worker", "deployment", "set-current-version",
@@ -142,6 +155,14 @@ async def test_a_running_mission_finishes_on_its_version_while_new_missions_star
 
                 await eventually(made_current, "v2 made current with the temporal CLI", 20.0, interval=0.2)
                 await _make_current(dev_client, deployment, "v2")  # idempotent; asserts it is current
+                assert not await _exists(old_workload), "the daemon was admitted before v2 became current"
+
+                verdict = await control.wait_for_verdict(old.mission_id)
+                assert verdict.parent_state == "completed", verdict.aggregation.reason
+                assert verdict.child("api").health == "healthy"
+                # The daemon's workload, started after the switch by a mission pinned to v1, is pinned to v1.
+                for handle in (old_mission, first, old_workload):
+                    assert await _pinned_to(handle) == (VersioningBehavior.VERSIONING_BEHAVIOR_PINNED, "v1")
 
                 new = parse_spec(_spec(suffix, "new"))
                 verdict = await control.run(new)
@@ -167,9 +188,10 @@ async def test_a_running_mission_finishes_on_its_version_while_new_missions_star
                 await control.stop(old.mission_id)
                 assert (await old_mission.result()).parent_state == "completed"
                 for handle in (old_mission, old_workload):
-                    after = await _task_build_ids(handle, switch[handle.id])
+                    after = await _task_build_ids(handle, switch if handle is old_mission else 0)
                     assert after and set(after) == {"v1"}, (handle.id, after)
                     assert set(await _task_build_ids(handle)) == {"v1"}
+                assert set(await _task_build_ids(first)) == {"v1"}
 
                 # Only the host group's admission singleton still needs v1; moved to v2, v1 is drained.
                 await eventually(lambda: v1_holds({old_singleton}), "only the singleton left on v1", 10.0, 0.2)
