@@ -20,6 +20,7 @@ from temporalio.client import Client
 from tests.cli_support import conductor, conductor_now, without_profiles
 from worker import connection
 from worker.cli import build_parser
+from worker.cli import run as run_cli
 from worker.cli.completion import script, walk
 from worker.connection import ConnectionFlags, connect_options, using_flags
 
@@ -227,3 +228,18 @@ def test_zsh_completion_uses_the_same_function_through_bashcompinit(capsys):
     if shutil.which("zsh"):
         checked = subprocess.run(["zsh", "-n"], input=result.out, capture_output=True, text=True)
         assert checked.returncode == 0, checked.stderr
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["mision", "list"], "invalid choice: 'mision'"),
+    (["mission", "show"], "the following arguments are required: mission_id"),
+    (["mission", "list", "--limit", "0"], "argument --limit: must be 1 to"),
+    (["admission", "queue", "--host-group", "g", "--limit", "x"], "not a whole number: 'x'"),
+    (["demo", "--instances", "0"], "must be at least 1, got 0"),
+])
+def test_a_usage_mistake_is_one_line_naming_help_and_exit_2(capsys, argv, says):
+    with pytest.raises(SystemExit) as exited:
+        run_cli(argv)
+    err = capsys.readouterr().err
+    assert exited.value.code == 2 and err.count("\n") == 1, err
+    assert says in err and err.rstrip().endswith("--help`)") and "usage:" not in err

@@ -24,6 +24,7 @@ import tomllib
 from collections.abc import Sequence
 from importlib import metadata
 from pathlib import Path
+from typing import NoReturn
 
 from activities.stores import StoreUnavailable
 from worker.connection import ConnectionFlags, ConnectionSettingError, using_flags
@@ -74,8 +75,16 @@ class _VersionAction(argparse.Action):
         raise _VersionRequested
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """A usage mistake is one line on stderr and exit 2, like every other refusal (argparse prints
+    the whole usage block first); the line names `--help` for the rest. Subcommand parsers inherit it."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: {message} (see `{self.prog} --help`)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="conductor",
         description="Mission Conductor: run fleets of agentic workloads fairly and durably.",
     )
