@@ -1,0 +1,81 @@
+"""A mission rides out a crash of its substrate: running children are re-adopted, not restarted.
+
+A real `python -m substrate serve` process (on a fixed port, so the worker's URL stays good)
+is SIGKILLed while a mission's one-shot command and daemon run, and started again on the same
+data directory. The worker's calls fail meanwhile and are retried. Once the substrate is back,
+its reconciliation says `re-adopted`, the one-shot finishes with its output in the ledger, the
+daemon stays healthy under the same task and process, and no child was dispatched twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from contextlib import ExitStack
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from temporalio.client import Client
+
+from activities.sandbox_client import FleetClient
+from substrate.server import spawn
+from tests.mission_harness import mission_harness
+from tests.substrate_support import EXECUTOR_TOKEN, FLEET_TOKEN, process_dead, read_pid, wait_until
+from worker.mission_control import parse_spec
+from worker.ports import free_port
+from workflows.workload.record import fleet_child_id
+
+pytestmark = pytest.mark.timeout(120)
+
+
+async def test_a_substrate_crash_mid_mission_re_adopts_its_running_children(dev_client: Client, tmp_path: Path):
+    port = free_port("127.0.0.1")
+    data = tmp_path / "substrate"
+    gate, report_pid, api_pid = tmp_path / "go", tmp_path / "report.pid", tmp_path / "api.pid"
+    with ExitStack() as stack:
+        first = stack.enter_context(spawn(data, FLEET_TOKEN, EXECUTOR_TOKEN, keep_workloads_on_stop=True, port=port, instances=2))
+        url = first.base_url
+        async with mission_harness(dev_client, SimpleNamespace(base_url=url), tmp_path) as h:  # type: ignore[arg-type]
+            spec = parse_spec(h.spec("crash", [
+                {"child_id": "report", "kind": "one-shot-command",
+                 "prompt": f"echo $$ > {report_pid}; while [ ! -e {gate} ]; do sleep 0.1; done; echo report ready"},
+                {"child_id": "api", "kind": "daemon", "prompt": f"echo $$ > {api_pid}; exec sleep 300"},
+            ], aggregation={"mode": "all-pass"}))
+            await h.control.start(spec)
+
+            async def both_running() -> bool:
+                ledger = await h.control.show(spec.mission_id)
+                return (ledger.child("report").observed_state, ledger.child("api").observed_state) == ("running", "healthy")
+
+            await h.until(both_running, "both children running", within=30)
+            pids = (await read_pid(report_pid), await read_pid(api_pid))
+            before = await h.control.show(spec.mission_id)
+            tasks = {c.child_id: c.lineage.task_id for c in before.children if c.lineage is not None}
+
+            first.kill()  # a crash: no shutdown code runs, the workloads live on in their own sessions
+            await asyncio.sleep(2.0)  # the worker's watches and calls fail meanwhile, and are retried
+            assert not any(process_dead(pid) for pid in pids)
+            second = stack.enter_context(spawn(data, FLEET_TOKEN, EXECUTOR_TOKEN, keep_workloads_on_stop=True, port=port, instances=2))
+            assert second.base_url == url
+
+            async with FleetClient(url, FLEET_TOKEN) as fleet:
+                ids = [fleet_child_id(spec.mission_id, child) for child in ("report", "api")]
+                for child_id in ids:
+                    await fleet.get(child_id)  # a read projects the task into the record first (fleet.rs)
+                classified = {row.child_id: row.classification for row in (await fleet.reconcile(0, ids)).rows}
+            assert set(classified.values()) == {"re-adopted"}, classified
+
+            gate.touch()  # the one-shot, re-adopted, finishes now
+            verdict = await h.control.wait_for_verdict(spec.mission_id)
+            assert verdict.parent_state == "completed", verdict.aggregation.reason
+            report, api = verdict.child("report"), verdict.child("api")
+            assert report.observed_state == "succeeded" and report.output == "report ready\n"
+            assert api.observed_state == "healthy" and not process_dead(pids[1])
+            # Re-adopted, not dispatched again: the same tasks, one process each.
+            assert {c.child_id: c.lineage.task_id for c in verdict.children if c.lineage is not None} == tasks
+            assert (await read_pid(api_pid)) == pids[1]
+
+            await h.control.stop(spec.mission_id)
+            final = await asyncio.wait_for(h.control.handle(spec.mission_id).result(), 45)
+            assert final.parent_state == "completed"
+        await wait_until(lambda: process_dead(pids[1]))  # stopped by its mission
