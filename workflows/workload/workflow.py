@@ -91,6 +91,7 @@ CALL_TIMEOUT = timedelta(seconds=30)
 CALL_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), backoff_coefficient=2, maximum_interval=timedelta(seconds=30))
 MAX_CAS_ATTEMPTS = 10
 ONE_SHOT_WAIT_FOR_END = timedelta(seconds=1)
+UNENDED_TASK_STATES = frozenset({"submitted", "working", "input-required", "auth-required", "unknown"})  # may still run
 
 # A new status to write and the identity to bind with it; None: nothing to write any more.
 Change = tuple[WorkloadStatus, RuntimeIdentityUpdate | None] | None
@@ -433,7 +434,11 @@ class WorkloadWorkflow:
                 self._task_id = task_id
                 view = await self._call(CANCEL_TASK, TaskRef(instance_id=self._input.target_id, task_id=task_id, max_output_chars=0), TaskView)
                 record = await self._get()
-                stopped = view.state == "canceled"  # else it had ended on its own: its record says how
+                # Nothing runs any more, cancelled now or ended before. A task that ended on its own
+                # leaves a finished record (failed, succeeded) as it is; one it leaves unfinished (a
+                # collector `scheduled`, an agent `retained`: fleet.rs projects those as resting, not
+                # ended) is stopped for good now, so the record ends `cancelled`.
+                stopped = view.state not in UNENDED_TASK_STATES
             if stopped and not finished(record):
                 # Never dispatched, or cancelled by an executor that leaves the record to its orchestrator.
                 record = await self._compare_and_swap(record, self._cancelled_change)
