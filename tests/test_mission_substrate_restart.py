@@ -20,6 +20,7 @@ from temporalio.client import Client
 from activities.sandbox_client import FleetClient
 from substrate.server import spawn
 from tests.mission_harness import mission_harness
+from tests.test_substrate_restart import no_workload_outlives_the_test  # noqa: F401  (autouse: kills what a failure left)
 from tests.substrate_support import EXECUTOR_TOKEN, FLEET_TOKEN, process_dead, read_pid, wait_until
 from worker.mission_control import parse_spec
 from worker.ports import free_port
