@@ -4,7 +4,7 @@ Real dev server, real local substrate: a failed workload's workflow is Failed wi
 error naming its verdict; a cancelled mission is Cancelled with MissionState `cancelled`;
 workloads and admission singletons carry search attributes; the singleton's current details
 show its queue and usage; every handler says what it is for, and the operator's policy change
-is an update whose validator refuses it without an operator.
+is an update that is rejected without an operator.
 """
 
 from __future__ import annotations

@@ -128,16 +128,12 @@ class AdmissionWorkflow:
         "Requires the operator's name, which the audit trail records; the change applies on the next decision pass."
     ))
     def set_policy(self, change: PolicyChange) -> AdmissionPolicy:
-        # An update, not a signal: the validator refuses a change without an operator before it
-        # reaches history, and the sender learns of the refusal. Applied in the decision loop like
-        # every other input (so continue-as-new carries it if it arrives while the run hands over).
+        # An update, not a signal: its argument's type (`PolicyChange.operator`, an OperatorName)
+        # requires the operator's name, so a change without one is rejected before it reaches
+        # history and the sender learns why. Applied in the decision loop like every other input
+        # (so continue-as-new carries it if it arrives while the run hands over).
         self._inbox.append(InboxItem(kind="set_policy", set_policy=change))
         return change.policy
-
-    @set_policy.validator
-    def _policy_change_allowed(self, change: PolicyChange) -> None:
-        if not change.operator.strip():
-            raise ValueError("a policy change must name the operator who makes it (conductor admission policy set --operator NAME)")
 
     # --- queries ----------------------------------------------------------------------------
 
