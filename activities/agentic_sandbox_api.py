@@ -9,6 +9,10 @@ Responses are read leniently: a field the server adds must not stop a mission, s
 fields are ignored, and each (model, field) is logged once at WARNING so the drift is seen.
 Requests are ours and stay strict (`extra="forbid"`). Pure data, no I/O.
 
+The requests we send are built here too: `build_message` turns a `Dispatch` into the A2A
+`MessageSendParams` of `POST /agents/{instance}/v1/messages:send`, with the runtime extension's
+data in `message.metadata[RUNTIME_EXTENSION]` (see the executor-plane requests below).
+
 Sources (all at e901dc2):
 - `management/src/http/admin_v2.rs`: `InstancesList`, `Instance`, `DegradedProvider`,
   `list_instances_value`, `build_instance_from_registered_context`.
@@ -30,6 +34,8 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, model_validator
 from pydantic.alias_generators import to_camel
 
+from workflows.contract import WorkloadRecord
+
 log = logging.getLogger(__name__)
 
 RUNTIME_EXTENSION = "https://agentic-sandbox.aiwg.io/extensions/runtime/v1"
@@ -41,6 +47,9 @@ TaskState = Literal[
     "completed", "failed", "canceled", "rejected", "unknown",
 ]  # fmt: skip
 TERMINAL_TASK_STATES: frozenset[str] = frozenset({"completed", "failed", "canceled", "rejected", "unknown"})
+
+WorkloadKindName = Literal["persistent-agent", "daemon", "scheduled-collector", "one-shot-command"]
+_ChildId = Annotated[str, Field(min_length=1, max_length=256, pattern=r"^[^\s]+$")]
 
 _warned: set[tuple[str, str]] = set()
 _warned_lock = threading.Lock()
@@ -152,6 +161,16 @@ class RuntimeIdentity(_Request):
     task_id: Annotated[str, Field(min_length=1)] | None = None
     session_id: Annotated[str, Field(min_length=1)] | None = None
     command_id: Annotated[str, Field(min_length=1)] | None = None
+
+
+class AdmitResponse(BaseModel):
+    """`POST /api/v2/fleet/workloads`: the admitted record, and whether this was a resubmission
+    of an identical one. The record is the contract's (strict) document, so this stays strict."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    replayed: bool
+    workload: WorkloadRecord
 
 
 class ReconcileRequest(_Request):
@@ -301,3 +320,94 @@ class TaskArtifacts(_Response):
             return None
         chunks.sort(key=lambda chunk: chunk.get("seq") if isinstance(chunk.get("seq"), int) else 0)
         return "".join(chunk["data"] for chunk in chunks)
+
+
+# --- executor plane requests (A2A messages:send) ------------------------------------------
+#
+# Headers: `A2A-Extensions: <RUNTIME_EXTENSION>, <IDEMPOTENCY_EXTENSION>`. Body (MessageSendParams):
+#
+#     {"message": {
+#         "kind": "message", "role": "user",
+#         "messageId": "<stable per dispatch: the idempotency key of the dispatch>",
+#         "contextId": "<optional; becomes the task's contextId (a persistent agent's session)>",
+#         "parts": [{"kind": "text", "text": "<the prompt: a /bin/sh command line>"}],
+#         "metadata": {"https://agentic-sandbox.aiwg.io/extensions/runtime/v1": {
+#             "child_id": "<lineage.child_id of an admitted workload record>",
+#             "kind": "one-shot-command | daemon | persistent-agent | scheduled-collector",
+#             "timeout_seconds": 60,            # optional: defaults to the record's budget
+#             "schedule": "*/5 * * * *",        # optional: defaults to the record's spec.schedule
+#             "verifier": "test -s result.json" # optional: run after a successful run
+#         }}}}
+#
+# The same `messageId` always yields the same task (idempotency extension). The executor never
+# writes a workload record: the fleet plane projects a bound task's state into it on reads
+# (fleet.rs `project_task_observation`).
+
+
+class _A2ARequest(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid", alias_generator=to_camel, populate_by_name=True, serialize_by_alias=True, frozen=True
+    )
+
+    def wire(self) -> dict[str, Any]:
+        """JSON-ready dict in A2A spelling, without unset optional fields."""
+        return self.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+
+class OutgoingTextPart(_A2ARequest):
+    kind: Literal["text"] = "text"
+    text: str
+
+
+class OutgoingMessage(_A2ARequest):
+    kind: Literal["message"] = "message"
+    message_id: str = Field(min_length=1, max_length=256)
+    role: Literal["user", "agent"]
+    parts: list[OutgoingTextPart] = Field(min_length=1)
+    context_id: str | None = Field(default=None, min_length=1, max_length=256)
+    metadata: dict[str, Any] | None = None
+
+
+class MessageSendParams(_A2ARequest):
+    message: OutgoingMessage
+
+
+class RuntimeDispatch(_Request):
+    """What the runtime extension carries in `message.metadata[RUNTIME_EXTENSION]`."""
+
+    child_id: _ChildId
+    kind: WorkloadKindName
+    timeout_seconds: int | None = Field(default=None, ge=1)
+    schedule: str | None = Field(default=None, min_length=1)
+    verifier: str | None = Field(default=None, min_length=1)
+
+
+class Dispatch(_Request):
+    """Everything needed to start one workload's task; `build_message` turns it into A2A."""
+
+    message_id: str = Field(min_length=1, max_length=256)
+    child_id: _ChildId
+    kind: WorkloadKindName
+    prompt: str = Field(min_length=1)
+    timeout_seconds: int | None = Field(default=None, ge=1)
+    schedule: str | None = None
+    verifier: str | None = None
+    context_id: str | None = None
+
+
+def build_message(dispatch: Dispatch) -> MessageSendParams:
+    runtime = RuntimeDispatch(
+        child_id=dispatch.child_id,
+        kind=dispatch.kind,
+        timeout_seconds=dispatch.timeout_seconds,
+        schedule=dispatch.schedule,
+        verifier=dispatch.verifier,
+    )
+    message = OutgoingMessage(
+        message_id=dispatch.message_id,
+        role="user",
+        parts=[OutgoingTextPart(text=dispatch.prompt)],
+        context_id=dispatch.context_id,
+        metadata={RUNTIME_EXTENSION: runtime.model_dump(mode="json", exclude_none=True)},
+    )
+    return MessageSendParams(message=message)

@@ -37,8 +37,7 @@ from typing import Any, TypeVar
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from activities.a2a import Dispatch
-from activities.agentic_sandbox_api import RuntimeIdentity, Task, TaskArtifacts
+from activities.agentic_sandbox_api import Dispatch, RuntimeIdentity, Task, TaskArtifacts
 from activities.credentials import (
     EXECUTOR_TOKEN_ENV,
     FLEET_TOKEN_ENV,

@@ -43,22 +43,24 @@ import httpx
 from httpx_aiohttp import AiohttpTransport
 from pydantic import BaseModel, ValidationError
 
-from activities.a2a import Dispatch, MessageSendParams, build_message
 from activities.agentic_sandbox_api import (
     EXTENSIONS_HEADER,
     IDEMPOTENCY_EXTENSION,
     RUNTIME_EXTENSION,
+    AdmitResponse,
+    Dispatch,
     FleetError,
     Instance,
     InstancesList,
+    MessageSendParams,
     Problem,
     ReconcileRequest,
     RuntimeIdentity,
     Task,
     TaskArtifacts,
+    build_message,
 )
 from activities.credentials import BearerToken, as_token
-from activities.sandbox_api import AdmitResponse
 from workflows.contract import (
     InventorySnapshot,
     ReconciliationReport,

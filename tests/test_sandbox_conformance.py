@@ -22,16 +22,16 @@ from pydantic import ValidationError
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
-from activities.a2a import Dispatch
-from activities.fleet import FleetActivities, task_view
 from activities.agentic_sandbox_api import (
     RUNTIME_EXTENSION,
+    Dispatch,
     ReconcileRequest,
     RuntimeIdentity,
     Task,
     TaskArtifacts,
     reset_unknown_field_warnings,
 )
+from activities.fleet import FleetActivities, task_view
 from activities.sandbox_client import (
     ExecutorClient,
     FleetClient,

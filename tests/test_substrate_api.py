@@ -12,9 +12,8 @@ import httpx
 import jsonschema
 import pytest
 
-from activities.a2a import IDEMPOTENCY_EXTENSION as IDEMPOTENCY
-from activities.a2a import RUNTIME_EXTENSION, Dispatch, build_message
-from activities.sandbox_api import RuntimeIdentity
+from activities.agentic_sandbox_api import IDEMPOTENCY_EXTENSION as IDEMPOTENCY
+from activities.agentic_sandbox_api import RUNTIME_EXTENSION, Dispatch, RuntimeIdentity, build_message
 from activities.sandbox_client import (
     ExecutorClient,
     FleetClient,

@@ -16,7 +16,7 @@ import httpx
 import pytest
 
 import worker.cli
-from activities.a2a import Dispatch
+from activities.agentic_sandbox_api import Dispatch
 from activities.sandbox_client import ExecutorClient, FleetClient, TaskNotFound, Unauthorized
 from substrate.auth import Role, RoleToken, Secret, TokenError, TokenTable, load_tokens, parse_token_file
 from substrate.config import SubstrateConfig

@@ -23,7 +23,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from activities.a2a import RUNTIME_EXTENSION, Dispatch, build_message
+from activities.agentic_sandbox_api import RUNTIME_EXTENSION, Dispatch, build_message
 from substrate.app import create_app
 from substrate.config import (
     DEFAULT_MAX_JSON_DEPTH,

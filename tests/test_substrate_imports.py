@@ -37,5 +37,5 @@ def test_the_substrate_imports_nothing_from_activities() -> None:
 
 def test_the_check_sees_an_activities_import(tmp_path: Path) -> None:
     sample = tmp_path / "sample.py"
-    sample.write_text("import json\nfrom activities.a2a import Task\nimport activities.fleet as f\nfrom . import wire\n")
-    assert [name for _, name in _imports(sample)] == ["json", "activities.a2a", "activities.fleet"]
+    sample.write_text("import json\nfrom activities.agentic_sandbox_api import Task\nimport activities.fleet as f\nfrom . import wire\n")
+    assert [name for _, name in _imports(sample)] == ["json", "activities.agentic_sandbox_api", "activities.fleet"]

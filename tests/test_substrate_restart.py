@@ -19,9 +19,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from activities.a2a import Dispatch
+from activities.agentic_sandbox_api import Dispatch, RuntimeIdentity
 from activities.sandbox_client import ExecutorClient, FleetClient
-from activities.sandbox_api import RuntimeIdentity
 from substrate import procs
 from substrate.config import SubstrateConfig
 from substrate.server import serve_in_thread, spawn
