@@ -9,9 +9,8 @@ requeue reaches the requester as an `admission_decided` decision with state `que
 from __future__ import annotations
 
 from tests.admission_harness import admission_harness
-from tests.test_admission_workflow import HOLD, audit_of
+from tests.test_admission_workflow import audit_of, silent_lease_expires_with_a_waiter
 from workflows.admission.model import AdmissionPolicy
-from workflows.admission.probe import ProbeRequest, ProbeResult
 
 
 async def test_an_expired_lease_is_requeued_and_the_requester_is_told_it_is_queued_again(
@@ -19,12 +18,7 @@ async def test_an_expired_lease_is_requeued_and_the_requester_is_told_it_is_queu
 ):
     policy = AdmissionPolicy(max_concurrent=1, lease_ttl_seconds=60)  # max_requeue_attempts: default 2
     async with admission_harness(fresh_time_skipping_env.client, tmp_path, policy) as h:
-        silent = await h.start_probe("silent", ProbeRequest(request_id="silent"), hold_seconds=HOLD, renew=False)
-        await h.until_leased("silent")
-        waiter = await h.start_probe("waiter", ProbeRequest(request_id="waiter"), hold_seconds=10)
-        await h.until_queued("waiter")
-        silent_result: ProbeResult = await silent.result()
-        await waiter.result()
+        silent_result = await silent_lease_expires_with_a_waiter(h)
 
         told = [decision for decision in silent_result.history if "requeued" in decision.happened]
         assert told, silent_result.history

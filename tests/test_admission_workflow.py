@@ -37,6 +37,18 @@ async def audit_of(h, request_id: str | None = None):
     return stored_audit(h, request_id)
 
 
+async def silent_lease_expires_with_a_waiter(h) -> ProbeResult:
+    """"silent" takes the only place and never renews; "waiter" queues behind it. Returns what
+    "silent" saw once its lease expired and both requesters finished."""
+    silent = await h.start_probe("silent", ProbeRequest(request_id="silent"), hold_seconds=HOLD, renew=False)
+    await h.until_leased("silent")
+    waiter = await h.start_probe("waiter", ProbeRequest(request_id="waiter"), hold_seconds=10)
+    await h.until_queued("waiter")
+    silent_result: ProbeResult = await silent.result()
+    await waiter.result()
+    return silent_result
+
+
 async def admitted_order(h) -> list[str]:
     return [e.request_id for e in await audit_of(h) if e.type == "admitted"]
 
@@ -155,12 +167,7 @@ async def test_renewals_keep_a_lease_for_hours(fresh_time_skipping_env, tmp_path
 async def test_a_lease_that_stops_being_renewed_expires_and_capacity_moves_on(fresh_time_skipping_env, tmp_path):
     policy = AdmissionPolicy(max_concurrent=1, lease_ttl_seconds=60, max_requeue_attempts=0)  # ends, not requeued
     async with admission_harness(fresh_time_skipping_env.client, tmp_path, policy) as h:
-        silent = await h.start_probe("silent", ProbeRequest(request_id="silent"), hold_seconds=HOLD, renew=False)
-        await h.until_leased("silent")
-        waiter = await h.start_probe("waiter", ProbeRequest(request_id="waiter"), hold_seconds=10)
-        await h.until_queued("waiter")
-        silent_result: ProbeResult = await silent.result()
-        await waiter.result()
+        silent_result = await silent_lease_expires_with_a_waiter(h)
         assert silent_result.final["silent"].state == "timed-out"
         assert silent_result.final["silent"].reason == "admission lease expired; capacity recovered"
         [expired] = [e for e in await audit_of(h, "silent") if e.type == "timed-out"]

@@ -37,10 +37,14 @@ from workflows.ids import (
     workload_workflow_id,
 )
 from workflows.limits import (
+    KIB,
     MAX_GOAL_CHARS,
+    MAX_ID_CHARS,
     MAX_JSON_DEPTH,
+    MAX_JSON_INTEGER_DIGITS,
     MAX_OPERATOR_CHARS,
     MAX_PROMPT_CHARS,
+    MAX_SPEC_JSON_BYTES,
     MAX_WORKFLOW_ID_CHARS,
 )
 from workflows.mission.messages import ReviewRequest
@@ -146,7 +150,7 @@ def refusing_commands(tmp_path: Path, content: bytes | str) -> list[list[str]]:
 
 def test_3_deep_nesting_is_refused_by_every_command_that_reads_json(offline, capsys, tmp_path):
     for argv in refusing_commands(tmp_path, DEEP):
-        assert_refused(conductor(capsys, *argv), "nested more than 64 levels")
+        assert_refused(conductor(capsys, *argv), f"nested more than {MAX_JSON_DEPTH} levels")
     just_deep_enough = "[" * MAX_JSON_DEPTH + "]" * MAX_JSON_DEPTH
     for argv in refusing_commands(tmp_path, just_deep_enough):  # parsed; refused for its content
         result = conductor(capsys, *argv)
@@ -159,7 +163,7 @@ def test_3_contract_validate_reports_deep_nesting_as_its_one_line_per_file(offli
     result = conductor(capsys, "contract", "validate", str(deep), str(not_utf8))
     assert (result.code, result.err) == (1, "")
     assert result.out.splitlines() == [
-        f"{deep}: $: not usable JSON: arrays and objects are nested more than 64 levels deep; no input here needs "
+        f"{deep}: $: not usable JSON: arrays and objects are nested more than {MAX_JSON_DEPTH} levels deep; no input here needs "
         "more than a few levels",
         f"{not_utf8}: $: not valid JSON: not UTF-8 text: byte 0xe9 at offset 20 (line 1): invalid continuation byte; "
         "save it as UTF-8",
@@ -173,7 +177,7 @@ def test_3_a_deep_trace_line_is_an_error_line_and_the_run_goes_on(offline, capsy
     assert (result.code, result.err) == (0, "")
     first, second = [json.loads(line) for line in result.out.splitlines()]
     assert first["ok"] is False and first["error"]["code"] == "invalid-line"
-    assert first["error"]["message"].startswith("line 1: not usable JSON: arrays and objects are nested more than 64")
+    assert first["error"]["message"].startswith(f"line 1: not usable JSON: arrays and objects are nested more than {MAX_JSON_DEPTH}")
     assert second["op"] == "snapshot" and second["ok"] is True
 
 
@@ -184,12 +188,12 @@ HUGE = "1" * 5000
 
 def test_4_an_integer_of_5000_digits_is_refused_by_every_command_that_reads_json(offline, capsys, tmp_path):
     for argv in refusing_commands(tmp_path, '{"max_concurrent": ' + HUGE + "}"):
-        assert_refused(conductor(capsys, *argv), "an integer of 5000 digits", "at most 20 digits")
+        assert_refused(conductor(capsys, *argv), "an integer of 5000 digits", f"at most {MAX_JSON_INTEGER_DIGITS} digits")
     doc = write(tmp_path / "doc.json", '{"document_type": "workload", "revision": ' + HUGE + "}")
     result = conductor(capsys, "contract", "validate", str(doc))
     assert (result.code, result.err) == (1, "")
     assert result.out.splitlines() == [f"{doc}: $: not usable JSON: an integer of 5000 digits (111111111111...); "
-                                       "numbers here have at most 20 digits (64 bits)"]
+                                       f"numbers here have at most {MAX_JSON_INTEGER_DIGITS} digits (64 bits)"]
 
 
 def test_4_a_huge_integer_in_a_trace_line_is_an_error_line(offline, capsys, tmp_path):
@@ -213,7 +217,7 @@ def test_4_the_policy_file_the_environment_names_goes_through_the_same_door(offl
     monkeypatch.setenv("CONDUCTOR_ADMISSION_POLICY", str(write(tmp_path / "env-policy.json", DEEP)))
     policy = write(tmp_path / "policy.json", POLICY)
     assert_refused(conductor(capsys, "admission", "policy", "set", "--host-group", "hg", str(policy)),
-                   "admission policy (CONDUCTOR_ADMISSION_POLICY)", "nested more than 64 levels")
+                   "admission policy (CONDUCTOR_ADMISSION_POLICY)", f"nested more than {MAX_JSON_DEPTH} levels")
     monkeypatch.setenv("CONDUCTOR_ADMISSION_POLICY", str(write(tmp_path / "env-policy.json", {"max_concurrent": -1})))
     assert_refused(conductor(capsys, "admission", "policy", "set", "--host-group", "hg", str(policy)),
                    "invalid admission policy", "max_concurrent: Input should be greater than or equal to 0")
@@ -225,7 +229,7 @@ def test_4_the_policy_file_the_environment_names_goes_through_the_same_door(offl
 def test_5_a_spec_whose_derived_ids_would_not_fit_is_refused_at_the_door(offline, capsys, tmp_path):
     path = write(tmp_path / "spec.json", spec(child={"child_id": "c" * 56}, mission_id="m" * 200))
     assert_refused(conductor(capsys, "mission", "run", str(path)), f"invalid mission spec {path}:",
-                   "children[0].child_id", "mission_id and child_id (256 characters together)",
+                   "children[0].child_id", f"mission_id and child_id ({MAX_ID_CHARS} characters together)",
                    "dispatch id <mission_id>:<child_id>:dispatch", "at most 246 characters together")
 
 
@@ -266,8 +270,9 @@ def test_5_spec_ids_hold_to_the_fleet_contracts_id_rule_and_print_safely(field, 
 
 
 def test_5_a_child_target_environment_or_lane_too_long_for_admission_is_refused():
-    for child, says in ((dict(environment="e" * 257), "children[0].environment: String should have at most 256"),
-                        (dict(lane="l" * 257), "children[0].lane: String should have at most 256"),
+    too_long = "x" * (MAX_ID_CHARS + 1)
+    for child, says in ((dict(environment=too_long), f"children[0].environment: String should have at most {MAX_ID_CHARS}"),
+                        (dict(lane=too_long), f"children[0].lane: String should have at most {MAX_ID_CHARS}"),
                         (dict(target_id="t y"), "children[0].target_id: must not contain whitespace"),
                         (dict(queue_timeout_seconds=1e15), "children[0].queue_timeout_seconds: Input should be less"),
                         (dict(priority=2**64), "children[0].priority: Input should be less than or equal to")):
@@ -279,11 +284,12 @@ def test_5_a_child_target_environment_or_lane_too_long_for_admission_is_refused(
 
 
 @pytest.mark.parametrize(("content", "says"), [
-    (spec(goal="g" * (MAX_GOAL_CHARS + 1)), "goal: String should have at most 2000 characters"),
-    (spec(child={"prompt": "p" * (MAX_PROMPT_CHARS + 1)}), "children[0].prompt: String should have at most 32768"),
+    (spec(goal="g" * (MAX_GOAL_CHARS + 1)), f"goal: String should have at most {MAX_GOAL_CHARS} characters"),
+    (spec(child={"prompt": "p" * (MAX_PROMPT_CHARS + 1)}), f"children[0].prompt: String should have at most {MAX_PROMPT_CHARS}"),
     (spec(child={"prompt": "echo \x00"}), "children[0].prompt: must not contain a NUL character"),
     ({**spec(), "children": [{"child_id": f"c{i}", "kind": "one-shot-command", "prompt": "p" * 30_000}
-                             for i in range(20)]}, "a mission spec may take at most 524288 bytes (512 KiB)"),
+                             for i in range(20)]},
+     f"a mission spec may take at most {MAX_SPEC_JSON_BYTES} bytes ({MAX_SPEC_JSON_BYTES // KIB} KiB)"),
     (spec(goal="g" * 5_000_000), "is too large: more than 1 MiB; a mission spec may take at most 1 MiB"),
     (spec(child={"prompt": "p" * 3_000_000}), "is too large: more than 1 MiB"),
 ])
@@ -367,7 +373,8 @@ def test_8_the_models_that_carry_an_operator_limit_it_and_keep_what_histories_ho
 def test_8_mission_id_arguments_follow_the_spec_rule(offline, capsys):
     for command in (["watch"], ["show"], ["stop"], ["cancel"], ["review", "--approve", "--operator", "a", "--reason", "r"]):
         assert_refused(conductor(capsys, "mission", command[0], "m 1", *command[1:]), "mission id", "whitespace")
-        assert_refused(conductor(capsys, "mission", command[0], "m" * 300, *command[1:]), "mission id", "at most 256")
+        assert_refused(conductor(capsys, "mission", command[0], "m" * (MAX_ID_CHARS + 1), *command[1:]), "mission id",
+                       f"at most {MAX_ID_CHARS}")
 
 
 # --- property tests: generated garbage at every surface ----------------------------------------
