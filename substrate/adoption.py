@@ -81,6 +81,9 @@ class Readoption:
     _store: Any
     _settings: Any
     _jobs: dict[str, Any]
+    _closing: bool
+    _detaching: bool
+    _live_processes: set[procs.ShellProcess]
 
     # -- at spawn ----------------------------------------------------------------------
 
@@ -95,10 +98,7 @@ class Readoption:
         self._spawned().add(process)
 
     def _spawned(self) -> set[procs.ShellProcess]:
-        spawned: set[procs.ShellProcess] | None = getattr(self, "_live_processes", None)
-        if spawned is None:
-            spawned = set()
-            self._live_processes = spawned
+        spawned = self._live_processes
         spawned.difference_update({p for p in spawned if p.returncode is not None})
         return spawned
 
@@ -107,11 +107,11 @@ class Readoption:
     @property
     def closing(self) -> bool:
         """Shutting down (the readiness route says not ready)."""
-        return bool(getattr(self, "_closing", False))
+        return self._closing
 
     @property
     def detaching(self) -> bool:
-        return bool(getattr(self, "_detaching", False))
+        return self._detaching
 
     def _detach_if_kept(self) -> None:
         """Before shutdown cancels the supervisors: leave the processes running if so configured."""

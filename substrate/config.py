@@ -110,7 +110,5 @@ class SubstrateConfig:
             data_dir=self.data_dir.resolve(),
             kill_grace_seconds=self.kill_grace_seconds,
             keep_processes_on_stop=self.keep_workloads_on_stop,
-            daemon_settle_seconds=self.daemon_settle_seconds,
             secrets=tuple(entry.secret.reveal() for entry in self.role_tokens()),
-            clock=self.clock,
         )

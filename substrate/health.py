@@ -40,14 +40,11 @@ def health_routes() -> APIRouter:
     @router.get("/readyz")
     async def readiness(request: Request) -> JSONResponse:
         executor = getattr(request.app.state, "executor", None)
-        runner = getattr(request.app.state, "runner", None)
-        if executor is None:
+        if executor is None:  # the lifespan sets the runner, then the executor, once recovery is done
             return JSONResponse({"status": "not_ready", "reason": "starting"}, status_code=503)
-        if runner is not None and getattr(runner, "closing", False):
+        if request.app.state.runner.closing:
             return JSONResponse({"status": "not_ready", "reason": "shutting_down"}, status_code=503)
-        listed = executor.instances()
-        items = listed.get("items", listed.get("instances", [])) if isinstance(listed, dict) else listed
-        count = sum(1 for item in items if item.get("state", "running") == "running")
+        count = sum(1 for item in executor.instances()["items"] if item["state"] == "running")
         if count == 0:
             return JSONResponse({"status": "not_ready", "reason": "no_agents_connected"}, status_code=503)
         return JSONResponse({"status": "ready", "agent_count": count})

@@ -63,16 +63,11 @@ def timestamp() -> str:
 class RunnerSettings:
     data_dir: Path
     kill_grace_seconds: float = 2.0
-    #: Unused since a daemon's task is `working` (its record `healthy`) as soon as it runs, as on
-    #: the real server; kept so existing configurations still load.
-    daemon_settle_seconds: float = 0.5
     artifact_text_limit: int = 256 * 1024
     #: A clean stop leaves the processes running for the next start to re-adopt (`adoption.py`).
     keep_processes_on_stop: bool = False
     #: Values that must never reach a child's environment (the bearer tokens).
     secrets: tuple[str, ...] = field(default=(), repr=False)
-    #: Unused since a collector's task is one run started at dispatch; kept so configurations load.
-    clock: Callable[[], datetime] = _utc_now
 
 
 @dataclass(frozen=True)
@@ -117,6 +112,8 @@ class Runner(Readoption):
         self._settings = settings
         self._jobs: dict[str, _Job] = {}
         self._closing = False
+        self._detaching = False
+        self._live_processes: set[procs.ShellProcess] = set()
 
     # -- task state --------------------------------------------------------------------
 
@@ -226,15 +223,19 @@ class Runner(Readoption):
             # Cancelled, timed out or finished: nothing of the group outlives this run.
             await asyncio.shield(procs.stop_group(process, self._settings.kill_grace_seconds))
 
-    async def _run_and_verify(self, job: _Job, run_dir: Path) -> tuple[RunOutcome, RunOutcome | None]:
-        request = job.task.request
-        timeout = request["timeout_seconds"]
+    def _reporter(self, job: _Job) -> Callable[[procs.ShellProcess], None]:
+        """The `on_spawn` of a task's own command: once its process runs, the task is `working`."""
 
-        def report_running(_: asyncio.subprocess.Process) -> None:
+        def report_running(_: procs.ShellProcess) -> None:
             self._set(job.task, "working")
             job.started.set()
 
-        outcome = await self._run(job, request["prompt"], run_dir, timeout, on_spawn=report_running)
+        return report_running
+
+    async def _run_and_verify(self, job: _Job, run_dir: Path) -> tuple[RunOutcome, RunOutcome | None]:
+        request = job.task.request
+        timeout = request["timeout_seconds"]
+        outcome = await self._run(job, request["prompt"], run_dir, timeout, on_spawn=self._reporter(job))
         verification = None
         if outcome.returncode == 0 and not outcome.timed_out and request.get("verifier"):
             verification = await self._run(job, request["verifier"], run_dir, timeout, name="verifier-")
@@ -276,13 +277,8 @@ class Runner(Readoption):
 
     async def _long_lived(self, job: _Job) -> None:
         """A daemon or persistent agent: no time budget, runs until it exits or is cancelled."""
-
-        def report_running(_: asyncio.subprocess.Process) -> None:
-            self._set(job.task, "working")
-            job.started.set()
-
         outcome = await self._run(job, job.task.request["prompt"], self._task_dir(job.task), None,
-                                  on_spawn=report_running)  # fmt: skip
+                                  on_spawn=self._reporter(job))  # fmt: skip
         self._finish_run(job, outcome, None)
 
     _KINDS = {
