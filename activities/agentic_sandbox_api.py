@@ -34,7 +34,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, model_validator
 from pydantic.alias_generators import to_camel
 
-from workflows.contract import WorkloadRecord
+from workflows.contract import WorkloadKind, WorkloadRecord
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +48,6 @@ TaskState = Literal[
 ]  # fmt: skip
 TERMINAL_TASK_STATES: frozenset[str] = frozenset({"completed", "failed", "canceled", "rejected", "unknown"})
 
-WorkloadKindName = Literal["persistent-agent", "daemon", "scheduled-collector", "one-shot-command"]
 _ChildId = Annotated[str, Field(min_length=1, max_length=256, pattern=r"^[^\s]+$")]
 
 _warned: set[tuple[str, str]] = set()
@@ -376,7 +375,7 @@ class RuntimeDispatch(_Request):
     """What the runtime extension carries in `message.metadata[RUNTIME_EXTENSION]`."""
 
     child_id: _ChildId
-    kind: WorkloadKindName
+    kind: WorkloadKind
     timeout_seconds: int | None = Field(default=None, ge=1)
     schedule: str | None = Field(default=None, min_length=1)
     verifier: str | None = Field(default=None, min_length=1)
@@ -387,7 +386,7 @@ class Dispatch(_Request):
 
     message_id: str = Field(min_length=1, max_length=256)
     child_id: _ChildId
-    kind: WorkloadKindName
+    kind: WorkloadKind
     prompt: str = Field(min_length=1)
     timeout_seconds: int | None = Field(default=None, ge=1)
     schedule: str | None = None

@@ -143,11 +143,15 @@ class ThreadedLedgerStore:
         return await asyncio.to_thread(self.store.get, mission_id, seq)
 
 
+def _digest(text: str) -> str:
+    """The content hash of a stored snapshot's text (`workflows.mission.ledger.content_hash`)."""
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
 def snapshot_ref(ledger: MissionLedger) -> tuple[SnapshotRef, str]:
     """The snapshot's identity and the exact text stored for it (its hash is over this text)."""
     text = canonical_json(ledger)
-    digest = hashlib.sha256(text.encode("utf-8")).hexdigest()
-    return SnapshotRef(mission_id=ledger.mission_id, seq=ledger.snapshot_seq, content_hash=digest), text
+    return SnapshotRef(mission_id=ledger.mission_id, seq=ledger.snapshot_seq, content_hash=_digest(text)), text
 
 
 class SqliteLedgerStore:
@@ -226,7 +230,7 @@ class SqliteLedgerStore:
 
 
 def load_snapshot(mission_id: str, seq: int, digest: str, text: str) -> MissionLedger:
-    if hashlib.sha256(text.encode("utf-8")).hexdigest() != digest:
+    if _digest(text) != digest:
         raise CorruptSnapshotError(
             f"snapshot {seq} of mission {mission_id} does not match its recorded hash {digest}: the row was "
             "changed outside the ledger store; restore it from a backup"
