@@ -80,16 +80,26 @@ def priority_admissions(enabled: st.SearchStrategy[bool]) -> st.SearchStrategy[P
 mixed_quota = st.sampled_from([0, 1, 1, 1, 2, 2, 2, 3, 3, 4])
 busy_quota = st.sampled_from([1, 1, 2, 2, 3])
 
+
+def fair_share_of(weight: st.SearchStrategy[int], default_weight: st.SearchStrategy[int]) -> st.SearchStrategy:
+    return st.builds(
+        FairShare, weights=st.dictionaries(st.sampled_from(["o1", "o2", "o3"]), weight, max_size=3),
+        default_weight=default_weight,
+    )
+
+
 requeue_limits = st.sampled_from([0, 1, 2, 2, 3])
-fair_shares = st.one_of(
-    st.none(), st.none(),
-    st.builds(FairShare, weights=st.dictionaries(st.sampled_from(["o1", "o2", "o3"]), st.integers(1, 3), max_size=3),
-              default_weight=st.integers(1, 3)),
-)
+fair_shares = st.one_of(st.none(), st.none(), fair_share_of(st.integers(1, 3), st.integers(1, 3)))
+
+
+def policy_family(**fields: st.SearchStrategy) -> st.SearchStrategy[AdmissionPolicy]:
+    """A family of policies; every family varies the later rules (ADR-004 bounded requeue, fair
+    share) unless it draws them itself."""
+    return st.builds(AdmissionPolicy, **{"max_requeue_attempts": requeue_limits, "fair_share": fair_shares, **fields})
+
 
 # Everything varies, quotas include 0, leases and queue timeouts are short.
-mixed_policies = st.builds(
-    AdmissionPolicy,
+mixed_policies = policy_family(
     max_concurrent=st.sampled_from([0, 1, 2, 3, 3, 4, 4, 5, 6, 6]),
     lease_ttl_seconds=st.sampled_from([2.5, 30, 120, 600]),
     aging_interval_seconds=st.sampled_from([1, 2.5, 10, 60, 1e6]),
@@ -104,13 +114,10 @@ mixed_policies = st.builds(
     ),
     priority_admission=priority_admissions(st.sampled_from([True, True, False])),
     terminal_retention_seconds=st.sampled_from([0, 10, 100, 86400, 86400]),
-    max_requeue_attempts=requeue_limits,
-    fair_share=fair_shares,
 )
 
 # Room everywhere but in the `build` lane, lane override mostly on: displacement territory.
-lane_policies = st.builds(
-    AdmissionPolicy,
+lane_policies = policy_family(
     max_concurrent=st.sampled_from([4, 10]),
     lease_ttl_seconds=st.sampled_from([60, 600]),
     aging_interval_seconds=st.sampled_from([1, 10, 1e6]),
@@ -120,14 +127,11 @@ lane_policies = st.builds(
     lane_wip_limits=st.fixed_dictionaries({"build": st.sampled_from([1, 2])}, optional={"test": busy_quota}),
     priority_admission=priority_admissions(st.sampled_from([True, True, True, False])),
     terminal_retention_seconds=st.sampled_from([0, 100, 86400]),
-    max_requeue_attempts=requeue_limits,
-    fair_share=fair_shares,
 )
 
 # A small global limit, sometimes a narrower quota, preemption mostly on: victims to choose from,
 # often equally weak so the (submitted_at, request_id) tie-breaks decide.
-preemption_policies = st.builds(
-    AdmissionPolicy,
+preemption_policies = policy_family(
     max_concurrent=st.sampled_from([1, 2, 2, 3]),
     lease_ttl_seconds=st.sampled_from([60, 600]),
     aging_interval_seconds=st.sampled_from([30, 1e6, 1e6]),
@@ -138,14 +142,11 @@ preemption_policies = st.builds(
     runtime_quotas=st.sampled_from([{"host": 3}, {"host": 3, "vm": 1}, {}]),
     priority_admission=priority_admissions(st.booleans()),
     terminal_retention_seconds=st.sampled_from([0, 86400]),
-    max_requeue_attempts=requeue_limits,
-    fair_share=fair_shares,
 )
 
 # Gangs competing for a small group: tight global and host limits, leases that expire
 # (requeues of whole gangs), preemptible gangs and singles.
-gang_policies = st.builds(
-    AdmissionPolicy,
+gang_policies = policy_family(
     max_concurrent=st.sampled_from([2, 3, 3, 4, 5]),
     lease_ttl_seconds=st.sampled_from([20, 60, 600]),
     aging_interval_seconds=st.sampled_from([10, 1e6]),
@@ -156,24 +157,17 @@ gang_policies = st.builds(
     lane_wip_limits=st.sampled_from([{}, {"build": 1}, {"build": 2}]),
     priority_admission=priority_admissions(st.booleans()),
     terminal_retention_seconds=st.sampled_from([0, 86400]),
-    max_requeue_attempts=requeue_limits,
-    fair_share=fair_shares,
 )
 
 # Three orchestrators flooding a group with equal priorities: fair share decides most admissions.
-fair_policies = st.builds(
-    AdmissionPolicy,
+fair_policies = policy_family(
     max_concurrent=st.sampled_from([1, 2, 3, 4]),
     lease_ttl_seconds=st.sampled_from([30, 600]),
     aging_interval_seconds=st.sampled_from([5, 1e6, 1e6]),
     allow_preemption=st.booleans(),
     runtime_quotas=st.sampled_from([{"host": 2}, {}]),
     terminal_retention_seconds=st.sampled_from([0, 86400]),
-    max_requeue_attempts=requeue_limits,
-    fair_share=st.builds(
-        FairShare, weights=st.dictionaries(st.sampled_from(["o1", "o2", "o3"]), st.integers(1, 4), max_size=3),
-        default_weight=st.integers(1, 2),
-    ),
+    fair_share=fair_share_of(st.integers(1, 4), st.integers(1, 2)),
 )
 
 

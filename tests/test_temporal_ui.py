@@ -106,13 +106,9 @@ async def test_a_failed_workload_fails_and_a_cancelled_mission_is_cancelled(dev_
         async def listed() -> list[str]:
             return [execution.id async for execution in dev_client.list_workflows(query)]
 
-        await h.until(lambda: _nonempty(listed), "the UI's Failures filter to find the failed workload")
+        await h.until(listed, "the UI's Failures filter to find the failed workload")
         assert await listed() == [broken.id]
 
         admission = await dev_client.get_workflow_handle(admission_workflow_id(spec.host_group)).describe()
         assert admission.typed_search_attributes.get(MISSION_HOST_GROUP) == spec.host_group
         assert json.dumps(ledger.model_dump(mode="json"))  # the ledger stays readable
-
-
-async def _nonempty(listed) -> bool:
-    return bool(await listed())

@@ -261,7 +261,7 @@ async def test_a_daemon_is_followed_until_cancelled_then_its_process_is_gone(
     assert revisions == sorted(set(revisions))
     # The command runs in a session of its own under the substrate's wrapper (it outlives a
     # substrate restart), so it may linger as a zombie until init reaps it: dead is what counts.
-    await eventually(lambda: _true(process_dead(pid)), "the daemon's process dead", within=10)
+    await eventually(lambda: asyncio.to_thread(process_dead, pid), "the daemon's process dead", within=10)
     tasks = substrate_tasks(substrate, fleet_child_id(input.mission_id, input.child.child_id))
     assert [t["state"] for t in tasks] == ["canceled"]
     await assert_replays(parent, first_run, child_handle)
@@ -437,7 +437,3 @@ async def test_a_cancellation_that_a_completed_call_swallowed_still_stops_the_ta
     [task] = substrate_tasks(substrate, fleet_child_id(input.mission_id, input.child.child_id))
     assert task["state"] == "canceled"
     assert not {"watch_workload"} & {name for name, _ in await activity_calls(handle)}
-
-
-async def _true(value: bool) -> bool:
-    return value
