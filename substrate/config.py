@@ -29,14 +29,12 @@ is refused with a 4xx before it costs more than the limit (see `substrate/body.p
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass, field
-from datetime import datetime
+from dataclasses import dataclass
 from pathlib import Path
 
 from substrate.auth import Role, RoleToken, Secret, TokenTable, as_secret
 from substrate.fleet import DEFAULT_MAX_RECORD_BYTES  # defined beside the rule it bounds
-from substrate.runner import RunnerSettings, _utc_now
+from substrate.runner import RunnerSettings
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8787
@@ -58,7 +56,6 @@ class SubstrateConfig:
     port: int = DEFAULT_PORT
     isolation_kinds: tuple[str, ...] = ("host",)
     kill_grace_seconds: float = 2.0
-    daemon_settle_seconds: float = 0.5
     max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES
     max_json_depth: int = DEFAULT_MAX_JSON_DEPTH
     max_number_length: int = DEFAULT_MAX_NUMBER_LENGTH
@@ -66,8 +63,6 @@ class SubstrateConfig:
     #: More accepted tokens with their roles (a token file's entries).
     tokens: tuple[RoleToken, ...] = ()
     keep_workloads_on_stop: bool = False
-    #: Wall clock used for cron schedules only (tests shift it to reach the next tick quickly).
-    clock: Callable[[], datetime] = field(default=_utc_now, repr=False)
 
     def __post_init__(self) -> None:
         for name in ("fleet_token", "executor_token"):

@@ -22,13 +22,12 @@ TOKENS = (FLEET_TOKEN, EXECUTOR_TOKEN)
 
 
 def substrate_config(data_dir: Path, **overrides: object) -> SubstrateConfig:
-    """Fast settings for tests: short kill grace, a daemon is healthy after 0.2 s, four targets."""
+    """Fast settings for tests: short kill grace, four targets."""
     options: dict[str, object] = {
         "data_dir": data_dir,
         "port": 0,
         "instances": 4,
         "kill_grace_seconds": 0.5,
-        "daemon_settle_seconds": 0.2,
     }
     options.update(overrides)
     return SubstrateConfig(FLEET_TOKEN, EXECUTOR_TOKEN, **options)  # type: ignore[arg-type]
