@@ -179,16 +179,11 @@ class Readoption:
             if task.kind not in _TIMED_KINDS:
                 self._finish_run(job, outcome, None)  # type: ignore[attr-defined]
                 return
-            verifier = task.request.get("verifier")
             if spawned.name:  # the verifier was running: the command itself had succeeded
                 prompt = _outcome(0, False, spawned.out_dir / "stdout.txt", spawned.out_dir / "stderr.txt")
                 self._finish_run(job, prompt, outcome)  # type: ignore[attr-defined]
                 return
-            verification = None
-            if verifier and outcome.returncode == 0 and not outcome.timed_out:
-                verification = await self._run(  # type: ignore[attr-defined]
-                    job, verifier, spawned.out_dir, task.request["timeout_seconds"], name="verifier-"
-                )
+            verification = await self._verify(job, outcome, spawned.out_dir)  # type: ignore[attr-defined]
             self._finish_run(job, outcome, verification)  # type: ignore[attr-defined]
         except asyncio.CancelledError:
             if not self.detaching:

@@ -236,10 +236,14 @@ class Runner(Readoption):
         request = job.task.request
         timeout = request["timeout_seconds"]
         outcome = await self._run(job, request["prompt"], run_dir, timeout, on_spawn=self._reporter(job))
-        verification = None
+        return outcome, await self._verify(job, outcome, run_dir)
+
+    async def _verify(self, job: _Job, outcome: RunOutcome, run_dir: Path) -> RunOutcome | None:
+        """Run the task's verifier after a command that succeeded in time; None if there is none to run."""
+        request = job.task.request
         if outcome.returncode == 0 and not outcome.timed_out and request.get("verifier"):
-            verification = await self._run(job, request["verifier"], run_dir, timeout, name="verifier-")
-        return outcome, verification
+            return await self._run(job, request["verifier"], run_dir, request["timeout_seconds"], name="verifier-")
+        return None
 
     def _finish_run(self, job: _Job, outcome: RunOutcome, verification: RunOutcome | None) -> bool:
         """Record the end of one run; True if it succeeded."""
