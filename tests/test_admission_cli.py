@@ -8,10 +8,8 @@ TEMPORAL_ADDRESS and CONDUCTOR_TASK_QUEUE pointing at that server and worker.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import re
-import socket
 from datetime import timedelta
 from pathlib import Path
 
@@ -21,8 +19,9 @@ from temporalio.testing import WorkflowEnvironment
 
 from tests.admission_harness import Harness, admission_harness
 from tests.cli_support import Result, without_profiles
+from tests.cli_support import conductor as run_conductor
 from worker import admission_live
-from worker.cli import run
+from worker.ports import free_port
 from worker.tables import human_duration
 from workflows.admission.messages import admission_workflow_id
 from workflows.admission.model import AdmissionPolicy
@@ -42,10 +41,7 @@ class Conductor:
         self.monkeypatch.setenv("CONDUCTOR_TASK_QUEUE", task_queue)
 
     async def __call__(self, *argv: str) -> Result:
-        self.capsys.readouterr()
-        code = await asyncio.to_thread(run, ["admission", *argv])
-        captured = self.capsys.readouterr()
-        return Result(code, captured.out, captured.err)
+        return await run_conductor(self.capsys, "admission", *argv)
 
 
 @pytest.fixture
@@ -69,12 +65,6 @@ def column_of(table: str, header: str, row_starting: str) -> str:
 def write_json(path: Path, data: object) -> Path:
     path.write_text(json.dumps(data))
     return path
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 async def holder_and_waiters(h: Harness) -> None:
@@ -288,7 +278,7 @@ async def test_bad_files_are_refused_before_anything_is_sent(conductor, dev_clie
 
 
 async def test_unreachable_server_is_one_line_and_exit_1(conductor, monkeypatch, tmp_path):
-    address = f"127.0.0.1:{free_port()}"
+    address = f"127.0.0.1:{free_port('127.0.0.1')}"
     monkeypatch.setenv("TEMPORAL_ADDRESS", address)
     policy = write_json(tmp_path / "p.json", {"max_concurrent": 1})
     for argv in (["queue"], ["audit", "--json"], ["policy", "set", str(policy)]):

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import re
-import socket
 import uuid
 
 import pytest
@@ -24,6 +23,7 @@ from tests.mission_harness import mission_harness
 from tests.replay_probe import REPLAY_PROBE, ChangedReplayProbeWorkflow, ReplayProbeWorkflow
 from tests.substrate_fixtures import substrate  # noqa: F401  (fixture)
 from worker.mission_control import parse_spec
+from worker.ports import free_port
 from worker.replay_check import DEFAULT_QUERY, NONDETERMINISTIC, file_stem, replay_from_server, replay_query
 from worker.worker import WORKFLOWS
 from workflows.admission.probe import ProbeInput, ProbeRequest, ProbeResult
@@ -44,12 +44,6 @@ def counts_line(out: str, workflow_type: str) -> str:
     lines = [line for line in out.splitlines() if line.startswith(f"{workflow_type}: ")]
     assert len(lines) == 1, out
     return lines[0]
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 # --- arguments -------------------------------------------------------------------------------------
@@ -73,7 +67,7 @@ def test_the_default_query_names_the_product_workflow_types():
     (["--query", "x" * 4001], "--query must be at most"),
 ])
 def test_bad_arguments_are_one_line_and_exit_2(argv, says, capsys, cli_env, monkeypatch):
-    monkeypatch.setenv("TEMPORAL_ADDRESS", f"127.0.0.1:{free_port()}")  # refused before connecting
+    monkeypatch.setenv("TEMPORAL_ADDRESS", f"127.0.0.1:{free_port('127.0.0.1')}")  # refused before connecting
     result = conductor_now(capsys, "replay", *argv)
     assert result.code == 2 and says in result.line and result.out == ""
 
@@ -86,7 +80,7 @@ def test_save_into_a_file_is_refused(capsys, cli_env, tmp_path):
 
 
 def test_an_unreachable_server_is_one_line_and_exit_1(capsys, cli_env):
-    result = conductor_now(capsys, "--address", f"127.0.0.1:{free_port()}", "replay")
+    result = conductor_now(capsys, "--address", f"127.0.0.1:{free_port('127.0.0.1')}", "replay")
     assert result.code == 1 and "cannot reach Temporal" in result.line and result.out == ""
 
 

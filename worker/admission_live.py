@@ -37,6 +37,7 @@ T = TypeVar("T")
 # A query needs a worker to answer it; without one the server holds the call open, so bound it.
 QUERY_TIMEOUT = timedelta(seconds=15)
 RPC_TIMEOUT = timedelta(seconds=30)  # calls only the server answers (describe)
+QUEUE_ROWS = 1000  # the admission workflow's own default for the queue query
 
 
 class LiveError(Exception):
@@ -106,7 +107,7 @@ class LiveAdmission:
         except WorkflowQueryFailedError as error:
             raise LiveError(f"the admission workflow for host group {self.host_group} could not answer {name}: {error}") from None
         except RPCError as error:
-            raise self._explain(error, f"the {name} query", needs_worker=True) from None
+            raise self._explain(error, f"the {name} query", needs_worker=timeout or QUERY_TIMEOUT) from None
 
     async def is_running(self) -> bool:
         try:
@@ -168,14 +169,15 @@ class LiveAdmission:
                 return True
             await asyncio.sleep(min(0.1, max(0.0, deadline - loop.time())))
 
-    def _explain(self, error: RPCError, doing: str, *, needs_worker: bool = False) -> LiveError:
+    def _explain(self, error: RPCError, doing: str, *, needs_worker: timedelta | None = None) -> LiveError:
+        """`needs_worker`: the call waited this long for a worker to answer (a query)."""
         if error.status == RPCStatusCode.NOT_FOUND:
             return missing_workflow(self.host_group)
         if error.status in (RPCStatusCode.DEADLINE_EXCEEDED, RPCStatusCode.CANCELLED):
-            if needs_worker:
+            if needs_worker is not None:
                 return LiveError(
                     f"the admission workflow for host group {self.host_group} did not answer {doing} "
-                    f"within {QUERY_TIMEOUT.total_seconds():g}s: is a conductor worker running on its task queue?"
+                    f"within {needs_worker.total_seconds():g}s: is a conductor worker running on its task queue?"
                 )
             return LiveError(f"Temporal did not answer {doing} in time: {error.message}")
         if error.status == RPCStatusCode.UNAVAILABLE:

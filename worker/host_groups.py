@@ -24,7 +24,7 @@ from typing import Any
 from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.service import RPCError, RPCStatusCode
 
-from worker.admission_live import LiveAdmission, LiveError
+from worker.admission_live import QUEUE_ROWS, LiveAdmission, LiveError
 from worker.inputs import InputError, one_line
 from worker.mission_list import literal
 from worker.tables import human_duration, render_table
@@ -34,7 +34,6 @@ from workflows.admission.model import AdmissionPolicy
 ADMISSION_WORKFLOW = "AdmissionWorkflow"
 PREFIX = admission_workflow_id("")
 QUERY_TIMEOUT = timedelta(seconds=5)  # per query: a listing answers promptly even with no worker
-QUEUE_ROWS = 1000  # the admission workflow's own default for the queue query
 MAX_HOST_GROUPS = 1000
 NAMES_SHOWN = 10  # host groups named in a refusal before "and N more"
 
@@ -83,12 +82,8 @@ async def _row(client: Client, host_group: str, started: datetime) -> HostGroupR
         queue = await live.query("queue", QUEUE_ROWS + 1, result_type=list[QueueRow], timeout=QUERY_TIMEOUT)
         row.queued, row.queued_more = min(len(queue), QUEUE_ROWS), len(queue) > QUEUE_ROWS
         row.leases = len(await live.query("leases", result_type=list[LeaseRow], timeout=QUERY_TIMEOUT))
-    except LiveError as error:
-        said = str(error)
-        if "did not answer" in said:  # its own wording names the default timeout, not this one
-            said = (f"no answer within {QUERY_TIMEOUT.total_seconds():g}s: is a conductor worker running on the "
-                    "admission workflow's task queue?")
-        row.note = one_line(said)
+    except LiveError as error:  # no worker answering names QUERY_TIMEOUT
+        row.note = one_line(str(error))
     except Exception as error:  # a lost connection, say: still a row, with a note
         row.note = one_line(f"{type(error).__name__}: {error}")
     return row

@@ -103,6 +103,11 @@ def since_time(value: str, now: datetime) -> datetime:
     return moment.astimezone(timezone.utc)
 
 
+def started_since(since: datetime) -> str:
+    """The visibility clause for runs started at or after `since` (a mission or replay `--since`)."""
+    return f"StartTime >= {literal(since.astimezone(timezone.utc).strftime('%Y-%m-%dT%H:%M:%SZ'))}"
+
+
 def mission_query(
     *, state: str | None = None, host_group: str | None = None, orchestrator: str | None = None,
     running: bool = False, closed: bool = False, since: datetime | None = None,
@@ -127,7 +132,7 @@ def mission_query(
             exact.append((key, value))
     if since is not None:
         # A mission that continued as new is matched by its current run's start.
-        clauses.append(f"StartTime >= {literal(since.astimezone(timezone.utc).strftime('%Y-%m-%dT%H:%M:%SZ'))}")
+        clauses.append(started_since(since))
     if running:
         clauses.append("ExecutionStatus = 'Running'")
     elif closed:

@@ -12,14 +12,13 @@ from datetime import timedelta
 
 from temporalio.service import RPCError
 
-from worker.admission_live import LiveAdmission, LiveError
+from worker.admission_live import QUEUE_ROWS, LiveAdmission, LiveError
 from worker.admission_views import waiting_on
 from worker.mission_control import MissionControl
 from workflows.admission.messages import QueueRow, admission_workflow_id
 from workflows.mission.ledger import MissionLedger
 from workflows.mission.search import MISSION_HOST_GROUP
 
-QUEUE_ROWS = 1000  # the admission workflow's own default for the queue query
 QUEUE_TIMEOUT = timedelta(seconds=5)  # `show` answers promptly even with no worker on the admission workflow
 
 

@@ -21,7 +21,7 @@ import re
 from collections.abc import AsyncIterator, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import datetime
 from pathlib import Path
 
 from temporalio.client import Client, WorkflowHistory
@@ -32,7 +32,7 @@ from temporalio.worker import Replayer
 from temporalio.workflow import NondeterminismError
 
 from worker.inputs import InputError
-from worker.mission_list import literal
+from worker.mission_list import literal, started_since
 
 PRODUCT_TYPES = ("MissionWorkflow", "WorkloadWorkflow", "AdmissionWorkflow", "AdmissionProbeWorkflow")
 DEFAULT_QUERY = "WorkflowType IN (" + ",".join(literal(name) for name in PRODUCT_TYPES) + ")"
@@ -61,7 +61,7 @@ def replay_query(query: str | None = None, since: datetime | None = None) -> str
             raise InputError(f"--query must be at most {MAX_QUERY_CHARS} characters, got {len(query)}")
     text = f"({query.strip()})" if query is not None else DEFAULT_QUERY
     if since is not None:
-        text += f" AND StartTime >= {literal(since.astimezone(timezone.utc).strftime('%Y-%m-%dT%H:%M:%SZ'))}"
+        text += f" AND {started_since(since)}"
     return text
 
 

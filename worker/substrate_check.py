@@ -180,13 +180,13 @@ async def run_checks(
         else:
             run.add("ready", FAIL, f"GET /readyz answered {ready.status_code}: {_json(ready).get('reason') or ready.text[:120]}")
 
-    fleet = FleetClient(base, fleet_token, timeout=timeout, transport=transport)
-    executor = ExecutorClient(base, executor_token, timeout=timeout, transport=transport)
-    try:
-        await _with_clients(run, fleet, executor, timeout, transport, base, executor_token)
-    finally:
-        await fleet.aclose()
-        await executor.aclose()
+        fleet = FleetClient(base, fleet_token, timeout=timeout, transport=transport)
+        executor = ExecutorClient(base, executor_token, timeout=timeout, transport=transport)
+        try:
+            await _with_clients(run, fleet, executor, plain, executor_token)
+        finally:
+            await fleet.aclose()
+            await executor.aclose()
     return run.results
 
 
@@ -194,9 +194,7 @@ async def _with_clients(
     run: _Run,
     fleet: FleetClient,
     executor: ExecutorClient,
-    timeout: float,
-    transport: httpx.AsyncBaseTransport | None,
-    base: str,
+    plain: httpx.AsyncClient,
     executor_token: BearerToken,
 ) -> None:
     targets: list[Any] = []
@@ -225,7 +223,7 @@ async def _with_clients(
                           "error: is the executor plane served at this URL?") from None  # fmt: skip
         except Unauthorized as error:
             raise _Failed(f"refused on /agents ({error.status}): the server does not know this token") from None
-        role = await _executor_token_role(base, executor_token, timeout, transport)
+        role = await _executor_token_role(plain, executor_token)
         return f"accepted on GET /agents/{instance_id}/v1/tasks/... ({role})"
 
     await run.attempt("executor token", executor_token_check)
@@ -298,11 +296,8 @@ async def _with_clients(
     await run.attempt("retire", retire_check)
 
 
-async def _executor_token_role(
-    base: str, token: BearerToken, timeout: float, transport: httpx.AsyncBaseTransport | None
-) -> str:
-    async with httpx.AsyncClient(base_url=base, timeout=timeout, transport=transport) as http:
-        answer = await _get(http, "/api/v2/admin/instances", {"Authorization": f"Bearer {token.reveal()}"})
+async def _executor_token_role(plain: httpx.AsyncClient, token: BearerToken) -> str:
+    answer = await _get(plain, "/api/v2/admin/instances", {"Authorization": f"Bearer {token.reveal()}"})
     if answer is None:
         return "role not determined"
     if answer.status_code == 403:

@@ -151,12 +151,17 @@ def _run_live(host_group: str, body: Callable[[LiveAdmission], Awaitable[int]]) 
     async def main() -> int:
         return await body(LiveAdmission(await open_client(), host_group))
 
+    return _run_main(main)
+
+
+def _run_main(main: Callable[[], Awaitable[int]]) -> int:
+    """`asyncio.run(main())`; every failure one line on stderr: exit 2 before anything is sent, else 1."""
     try:
         return asyncio.run(main())
     except ReconnectSettingError as error:  # a bad CONDUCTOR_RECONNECT_SECONDS: nothing was sent
         print(f"conductor: {error}", file=sys.stderr)
         return 2
-    except LiveError as error:  # includes giving up on a server that went away (Unreachable)
+    except (LiveError, ConnectionError) as error:  # includes giving up on a server that went away (Unreachable)
         print(f"conductor: {error}", file=sys.stderr)
         return 1
 
@@ -238,14 +243,7 @@ def run_host_groups(args: argparse.Namespace) -> int:
         _emit(args, [row.as_json(now) for row in rows], host_groups_table(rows, now))
         return 0
 
-    try:
-        return asyncio.run(main())
-    except ReconnectSettingError as error:
-        print(f"conductor: {error}", file=sys.stderr)
-        return 2
-    except (LiveError, ConnectionError) as error:
-        print(f"conductor: {error}", file=sys.stderr)
-        return 1
+    return _run_main(main)
 
 
 def run_what_if(args: argparse.Namespace) -> int:

@@ -26,6 +26,9 @@ from worker.stack import DEFAULT_DATA_DIR, DEFAULT_INSTANCES, DevStack, StackErr
 from worker.cli.arguments import whole_number
 
 
+PORT = whole_number(0, 65535)  # 0: a free one
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:
     demo = subparsers.add_parser(
         "demo", help="start the embedded stack and run a sample mission, watched live",
@@ -38,24 +41,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     demo.add_argument("--data-dir", type=Path, default=DEFAULT_DATA_DIR, help=f"state directory (default {DEFAULT_DATA_DIR})")
     demo.add_argument("--keep", action="store_true", help="stay up after the verdict (Ctrl-C to stop)")
     demo.add_argument("--spec", type=Path, default=None, help="run this mission spec instead of the bundled one")
-    demo.add_argument("--temporal-port", "--port", dest="temporal_port", type=_port, default=0, metavar="PORT",
+    demo.add_argument("--temporal-port", "--port", dest="temporal_port", type=PORT, default=0, metavar="PORT",
                       help="Temporal gRPC port (default: a free one)")
-    demo.add_argument("--ui-port", type=_port, default=0, metavar="PORT", help="Temporal Web UI port (default: a free one)")
-    demo.add_argument("--substrate-port", type=_port, default=0, metavar="PORT",
+    demo.add_argument("--ui-port", type=PORT, default=0, metavar="PORT", help="Temporal Web UI port (default: a free one)")
+    demo.add_argument("--substrate-port", type=PORT, default=0, metavar="PORT",
                       help="local substrate port (default: a free one)")
     demo.add_argument("--instances", type=whole_number(1), default=DEFAULT_INSTANCES, metavar="N",
                       help=f"substrate executor instances (default {DEFAULT_INSTANCES}; the bundled mission needs 4)")
     demo.set_defaults(func=run_demo)
-
-
-def _port(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a port number: {text!r}") from None
-    if not 0 <= value <= 65535:
-        raise argparse.ArgumentTypeError(f"must be 0-65535 (0: a free one), got {value}")
-    return value
 
 
 def _bundled_spec() -> dict:

@@ -19,6 +19,7 @@ from collections.abc import Awaitable, Callable
 
 from activities.ledger_store import CorruptSnapshotError
 from activities.stores import Stores, StoreUnavailable, select_stores
+from worker.cli.arguments import whole_number
 from worker.config import WorkerConfig
 from worker.inputs import check_argument
 from worker.ledger_view import render_ledger
@@ -38,20 +39,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     show.add_argument("mission_id", metavar="MISSION", help="mission id")
     which = show.add_mutually_exclusive_group()
-    which.add_argument("--seq", type=_seq, metavar="N", help="show snapshot N instead of the latest")
+    which.add_argument("--seq", type=whole_number(0), metavar="N", help="show snapshot N instead of the latest")
     which.add_argument("--history", action="store_true", help="list every stored snapshot: number and content hash")
     show.add_argument("--json", action="store_true", help="print JSON for scripts")
     show.set_defaults(func=run_show)
-
-
-def _seq(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be 0 or more, got {value}")
-    return value
 
 
 def run_with_stores(body: Callable[[Stores], Awaitable[int]]) -> int:

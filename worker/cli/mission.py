@@ -278,10 +278,7 @@ def _review_request(args: argparse.Namespace) -> ReviewRequest:
     """The review as the workflow will take it (operator: a login name; reason: what the ledger keeps)."""
     operator = args.operator
     if operator is None:
-        try:
-            operator = os.environ.get("USER") or getpass.getuser()
-        except Exception:  # no USER and no passwd entry (some containers)
-            raise InputError("cannot tell who you are: say who decides with --operator NAME") from None
+        operator = _user_name("cannot tell who you are: say who decides with --operator NAME")
     try:
         return ReviewRequest(operator=operator, decision="approve" if args.approve else "reject", reason=args.reason)
     except ValidationError as error:
@@ -300,11 +297,16 @@ async def _control() -> MissionControl:
 
 def _operator() -> str:
     """Who creates a host group, as the admission audit will name them: the current user."""
-    try:
-        name = os.environ.get("USER") or getpass.getuser()
-    except Exception:  # no USER and no passwd entry (some containers)
-        raise InputError("cannot tell who you are for --create-host-group: set USER") from None
+    name = _user_name("cannot tell who you are for --create-host-group: set USER")
     return check_argument(OperatorName, name, "--create-host-group (your user name, $USER)")
+
+
+def _user_name(unknown: str) -> str:
+    """$USER, else the login name; `InputError(unknown)` if there is neither."""
+    try:
+        return os.environ.get("USER") or getpass.getuser()
+    except Exception:  # no USER and no passwd entry (some containers)
+        raise InputError(unknown) from None
 
 
 async def _host_group_ready(control: MissionControl, spec: MissionSpec, create: bool) -> None:
