@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import codecs
 import json
-from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -23,7 +22,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from worker.cli import run
+from tests.cli_support import Result, conductor_now, without_profiles
 from worker.mission_control import MissionSpecError, parse_spec
 from worker.ports import free_port
 from workflows.admission.messages import PolicyChange
@@ -58,29 +57,13 @@ ADMISSION_HOST_GROUP_COMMANDS = [
 ]
 
 
-@dataclass
-class Result:
-    code: int
-    out: str
-    err: str
-
-
 @pytest.fixture
 def offline(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """No Temporal here: whatever gets past the door fails to connect, fast, with exit 1."""
+    without_profiles(monkeypatch, tmp_path, "CONDUCTOR_ADMISSION_POLICY")
     monkeypatch.setenv("TEMPORAL_ADDRESS", f"127.0.0.1:{free_port('127.0.0.1')}")
-    monkeypatch.setenv("TEMPORAL_CONFIG_FILE", str(tmp_path / "absent.toml"))
     monkeypatch.setenv("CONDUCTOR_RECONNECT_SECONDS", "0")
     monkeypatch.setenv("USER", "ops-alice")
-    for name in ("TEMPORAL_PROFILE", "TEMPORAL_API_KEY", "TEMPORAL_TLS", "CONDUCTOR_ADMISSION_POLICY"):
-        monkeypatch.delenv(name, raising=False)
-
-
-def conductor(capsys: pytest.CaptureFixture[str], *argv: str) -> Result:
-    capsys.readouterr()
-    code = run(list(argv))
-    captured = capsys.readouterr()
-    return Result(code, captured.out, captured.err)
 
 
 def assert_refused(result: Result, *words: str) -> None:
@@ -118,15 +101,15 @@ REQUEST = {"request_id": "r-1", "environment": "prod", "provider": "local", "run
 @pytest.mark.parametrize("command", ["run", "start"])
 def test_2_a_spec_that_is_not_utf8_is_refused_with_the_byte_offset(offline, capsys, tmp_path, command):
     path = write(tmp_path / "spec.json", b'{"mission_id": "m\xff1"}')
-    assert_refused(conductor(capsys, "mission", command, str(path)),
+    assert_refused(conductor_now(capsys, "mission", command, str(path)),
                    f"mission spec {path} is not UTF-8", "byte 0xff at offset 17", "save it as UTF-8")
 
 
 def test_2_a_utf16_spec_is_told_apart_and_a_utf8_bom_is_accepted(offline, capsys, tmp_path):
     utf16 = write(tmp_path / "utf16.json", codecs.BOM_UTF16_LE + json.dumps(spec()).encode("utf-16-le"))
-    assert_refused(conductor(capsys, "mission", "run", str(utf16)), "UTF-16 byte-order mark")
+    assert_refused(conductor_now(capsys, "mission", "run", str(utf16)), "UTF-16 byte-order mark")
     with_bom = write(tmp_path / "bom.json", codecs.BOM_UTF8 + json.dumps(spec()).encode())
-    passed = conductor(capsys, "mission", "run", str(with_bom))
+    passed = conductor_now(capsys, "mission", "run", str(with_bom))
     assert passed.code == 1 and "cannot reach Temporal" in passed.err  # past the door, at the connection
 
 
@@ -150,17 +133,17 @@ def refusing_commands(tmp_path: Path, content: bytes | str) -> list[list[str]]:
 
 def test_3_deep_nesting_is_refused_by_every_command_that_reads_json(offline, capsys, tmp_path):
     for argv in refusing_commands(tmp_path, DEEP):
-        assert_refused(conductor(capsys, *argv), f"nested more than {MAX_JSON_DEPTH} levels")
+        assert_refused(conductor_now(capsys, *argv), f"nested more than {MAX_JSON_DEPTH} levels")
     just_deep_enough = "[" * MAX_JSON_DEPTH + "]" * MAX_JSON_DEPTH
     for argv in refusing_commands(tmp_path, just_deep_enough):  # parsed; refused for its content
-        result = conductor(capsys, *argv)
+        result = conductor_now(capsys, *argv)
         assert result.code == 2 and "nested" not in result.err and result.err.count("\n") == 1, result
 
 
 def test_3_contract_validate_reports_deep_nesting_as_its_one_line_per_file(offline, capsys, tmp_path):
     deep = write(tmp_path / "deep.json", '{"document_type": "workload", "spec": ' + DEEP + "}")
     not_utf8 = write(tmp_path / "latin1.json", b'{"document_type": "w\xe9"}')
-    result = conductor(capsys, "contract", "validate", str(deep), str(not_utf8))
+    result = conductor_now(capsys, "contract", "validate", str(deep), str(not_utf8))
     assert (result.code, result.err) == (1, "")
     assert result.out.splitlines() == [
         f"{deep}: $: not usable JSON: arrays and objects are nested more than {MAX_JSON_DEPTH} levels deep; no input here needs "
@@ -173,7 +156,7 @@ def test_3_contract_validate_reports_deep_nesting_as_its_one_line_per_file(offli
 def test_3_a_deep_trace_line_is_an_error_line_and_the_run_goes_on(offline, capsys, tmp_path):
     policy = write(tmp_path / "policy.json", POLICY)
     trace = write(tmp_path / "trace.jsonl", DEEP + "\n" + json.dumps({"at": "2026-01-01T00:00:00Z", "op": "snapshot"}) + "\n")
-    result = conductor(capsys, "admission", "simulate", "--policy", str(policy), str(trace))
+    result = conductor_now(capsys, "admission", "simulate", "--policy", str(policy), str(trace))
     assert (result.code, result.err) == (0, "")
     first, second = [json.loads(line) for line in result.out.splitlines()]
     assert first["ok"] is False and first["error"]["code"] == "invalid-line"
@@ -188,9 +171,10 @@ HUGE = "1" * 5000
 
 def test_4_an_integer_of_5000_digits_is_refused_by_every_command_that_reads_json(offline, capsys, tmp_path):
     for argv in refusing_commands(tmp_path, '{"max_concurrent": ' + HUGE + "}"):
-        assert_refused(conductor(capsys, *argv), "an integer of 5000 digits", f"at most {MAX_JSON_INTEGER_DIGITS} digits")
+        assert_refused(conductor_now(capsys, *argv), "an integer of 5000 digits",
+                       f"at most {MAX_JSON_INTEGER_DIGITS} digits")
     doc = write(tmp_path / "doc.json", '{"document_type": "workload", "revision": ' + HUGE + "}")
-    result = conductor(capsys, "contract", "validate", str(doc))
+    result = conductor_now(capsys, "contract", "validate", str(doc))
     assert (result.code, result.err) == (1, "")
     assert result.out.splitlines() == [f"{doc}: $: not usable JSON: an integer of 5000 digits (111111111111...); "
                                        f"numbers here have at most {MAX_JSON_INTEGER_DIGITS} digits (64 bits)"]
@@ -200,7 +184,7 @@ def test_4_a_huge_integer_in_a_trace_line_is_an_error_line(offline, capsys, tmp_
     policy = write(tmp_path / "policy.json", POLICY)
     trace = write(tmp_path / "trace.jsonl", '{"at": "2026-01-01T00:00:00Z", "op": "renew", "request_id": "a", '
                                             '"lease_revision": ' + HUGE + "}\n")
-    result = conductor(capsys, "admission", "simulate", "--policy", str(policy), str(trace))
+    result = conductor_now(capsys, "admission", "simulate", "--policy", str(policy), str(trace))
     assert result.code == 0
     [line] = [json.loads(line) for line in result.out.splitlines()]
     assert "an integer of 5000 digits" in line["error"]["message"]
@@ -210,16 +194,16 @@ def test_4_numbers_json_has_no_words_for_are_refused(offline, capsys, tmp_path):
     for text, says in (('{"max_concurrent": NaN}', "NaN is not a JSON value"),
                        ('{"max_concurrent": 1e999}', "too large for a 64-bit float")):
         for argv in refusing_commands(tmp_path, text):
-            assert_refused(conductor(capsys, *argv), says)
+            assert_refused(conductor_now(capsys, *argv), says)
 
 
 def test_4_the_policy_file_the_environment_names_goes_through_the_same_door(offline, capsys, tmp_path, monkeypatch):
     monkeypatch.setenv("CONDUCTOR_ADMISSION_POLICY", str(write(tmp_path / "env-policy.json", DEEP)))
     policy = write(tmp_path / "policy.json", POLICY)
-    assert_refused(conductor(capsys, "admission", "policy", "set", "--host-group", "hg", str(policy)),
+    assert_refused(conductor_now(capsys, "admission", "policy", "set", "--host-group", "hg", str(policy)),
                    "admission policy (CONDUCTOR_ADMISSION_POLICY)", f"nested more than {MAX_JSON_DEPTH} levels")
     monkeypatch.setenv("CONDUCTOR_ADMISSION_POLICY", str(write(tmp_path / "env-policy.json", {"max_concurrent": -1})))
-    assert_refused(conductor(capsys, "admission", "policy", "set", "--host-group", "hg", str(policy)),
+    assert_refused(conductor_now(capsys, "admission", "policy", "set", "--host-group", "hg", str(policy)),
                    "invalid admission policy", "max_concurrent: Input should be greater than or equal to 0")
 
 
@@ -228,7 +212,7 @@ def test_4_the_policy_file_the_environment_names_goes_through_the_same_door(offl
 
 def test_5_a_spec_whose_derived_ids_would_not_fit_is_refused_at_the_door(offline, capsys, tmp_path):
     path = write(tmp_path / "spec.json", spec(child={"child_id": "c" * 56}, mission_id="m" * 200))
-    assert_refused(conductor(capsys, "mission", "run", str(path)), f"invalid mission spec {path}:",
+    assert_refused(conductor_now(capsys, "mission", "run", str(path)), f"invalid mission spec {path}:",
                    "children[0].child_id", f"mission_id and child_id ({MAX_ID_CHARS} characters together)",
                    "dispatch id <mission_id>:<child_id>:dispatch", "at most 246 characters together")
 
@@ -295,7 +279,7 @@ def test_5_a_child_target_environment_or_lane_too_long_for_admission_is_refused(
 ])
 def test_6_goal_prompt_and_spec_sizes_are_limited(offline, capsys, tmp_path, content, says):
     path = write(tmp_path / "spec.json", content)
-    assert_refused(conductor(capsys, "mission", "run", str(path)), says)
+    assert_refused(conductor_now(capsys, "mission", "run", str(path)), says)
 
 
 def test_6_mission_control_refuses_the_same_sizes():
@@ -309,9 +293,9 @@ def test_6_mission_control_refuses_the_same_sizes():
 def test_6_a_spec_with_many_problems_is_still_one_line(offline, capsys, tmp_path):
     children = [{"child_id": f"c {i}", "kind": "daemon", "prompt": ""} for i in range(40)]
     path = write(tmp_path / "spec.json", {**spec(), "children": children})
-    assert_refused(conductor(capsys, "mission", "run", str(path)), "; and 70 more")
+    assert_refused(conductor_now(capsys, "mission", "run", str(path)), "; and 70 more")
     path = write(tmp_path / "spec.json", {**spec(), "odd\nkey\u2028": 1})
-    assert_refused(conductor(capsys, "mission", "run", str(path)), "['odd\\nkey\\u2028']: Extra inputs are not permitted")
+    assert_refused(conductor_now(capsys, "mission", "run", str(path)), "['odd\\nkey\\u2028']: Extra inputs are not permitted")
 
 
 # --- 7. --host-group: the rule a mission's host_group follows ----------------------------------
@@ -322,7 +306,7 @@ def test_6_a_spec_with_many_problems_is_still_one_line(offline, capsys, tmp_path
 def test_7_every_admission_command_refuses_a_host_group_no_mission_can_name(offline, capsys, tmp_path, command, group):
     files = {"REQUEST": str(write(tmp_path / "r.json", REQUEST)), "POLICY": str(write(tmp_path / "p.json", POLICY))}
     argv = ["admission", *[files.get(part, part) for part in command], "--host-group", group]
-    assert_refused(conductor(capsys, *argv), "--host-group")
+    assert_refused(conductor_now(capsys, *argv), "--host-group")
     with pytest.raises(MissionSpecError, match="host_group"):
         parse_spec(spec(host_group=group))
 
@@ -331,7 +315,7 @@ def test_7_every_admission_command_refuses_a_host_group_no_mission_can_name(offl
 def test_7_a_host_group_a_mission_can_name_gets_past_the_door(offline, capsys, tmp_path, command):
     files = {"REQUEST": str(write(tmp_path / "r.json", REQUEST)), "POLICY": str(write(tmp_path / "p.json", POLICY))}
     parse_spec(spec(host_group="gpu-hosts.eu@1"))
-    result = conductor(capsys, "admission", *[files.get(part, part) for part in command], "--host-group", "gpu-hosts.eu@1")
+    result = conductor_now(capsys, "admission", *[files.get(part, part) for part in command], "--host-group", "gpu-hosts.eu@1")
     assert result.code == 1 and "cannot reach Temporal" in result.err and result.err.count("\n") == 1, result
 
 
@@ -349,13 +333,13 @@ def test_8_operator_names_are_limited_in_the_cli(offline, capsys, tmp_path, oper
     policy = write(tmp_path / "policy.json", POLICY)
     for argv in (["mission", "review", "m-1", "--approve", "--operator", operator, "--reason", "looked at it"],
                  ["admission", "policy", "set", "--host-group", "hg", str(policy), "--operator", operator]):
-        result = conductor(capsys, *argv)
+        result = conductor_now(capsys, *argv)
         assert_refused(result, "--operator", says)
         assert len(result.err) < 500  # the 100 KB name is not echoed
 
 
 def test_8_a_review_reason_the_ledger_cannot_keep_is_refused(offline, capsys):
-    result = conductor(capsys, "mission", "review", "m-1", "--reject", "--operator", "bob", "--reason", "r" * 2001)
+    result = conductor_now(capsys, "mission", "review", "m-1", "--reject", "--operator", "bob", "--reason", "r" * 2001)
     assert_refused(result, "--reason: String should have at most 2000 characters")
 
 
@@ -372,8 +356,8 @@ def test_8_the_models_that_carry_an_operator_limit_it_and_keep_what_histories_ho
 
 def test_8_mission_id_arguments_follow_the_spec_rule(offline, capsys):
     for command in (["watch"], ["show"], ["stop"], ["cancel"], ["review", "--approve", "--operator", "a", "--reason", "r"]):
-        assert_refused(conductor(capsys, "mission", command[0], "m 1", *command[1:]), "mission id", "whitespace")
-        assert_refused(conductor(capsys, "mission", command[0], "m" * (MAX_ID_CHARS + 1), *command[1:]), "mission id",
+        assert_refused(conductor_now(capsys, "mission", command[0], "m 1", *command[1:]), "mission id", "whitespace")
+        assert_refused(conductor_now(capsys, "mission", command[0], "m" * (MAX_ID_CHARS + 1), *command[1:]), "mission id",
                        f"at most {MAX_ID_CHARS}")
 
 
@@ -446,14 +430,14 @@ def test_property_no_input_makes_a_json_reading_command_raise(offline, capsys, t
         "what-if": ["admission", "what-if", "--host-group", "hg", str(path)],
         "simulate --policy": ["admission", "simulate", "--policy", str(path), str(trace)],
     }[surface]
-    assert_one_line_outcome(conductor(capsys, *argv))
+    assert_one_line_outcome(conductor_now(capsys, *argv))
 
 
 @PROPERTY
 @given(document=documents({"document_type": "workload", "api_version": "agentic-orchestration/v1"}))
 def test_property_contract_validate_reports_any_input_as_lines_of_its_file(offline, capsys, tmp_path, document):
     path = write(tmp_path / "doc.json", document)
-    result = conductor(capsys, "contract", "validate", str(path))
+    result = conductor_now(capsys, "contract", "validate", str(path))
     assert result.code in (0, 1) and result.err == "", result
     lines = result.out.splitlines()
     assert lines and all(line.startswith(f"{path}: ") and line.isprintable() for line in lines), lines
@@ -521,7 +505,7 @@ def test_property_simulate_answers_every_trace_line_with_one_line(offline, capsy
     policy = write(tmp_path / "policy.json", POLICY)
     trace = b"\n".join(line.replace(b"\n", b" ") for line in lines) + b"\n"
     path = write(tmp_path / "trace.jsonl", trace)
-    result = conductor(capsys, "admission", "simulate", "--policy", str(policy), str(path))
+    result = conductor_now(capsys, "admission", "simulate", "--policy", str(policy), str(path))
     assert (result.code, result.err) == (0, ""), result
     outputs = [json.loads(line) for line in result.out.splitlines()]
     assert len(outputs) == expected_outputs(trace)

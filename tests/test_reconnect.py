@@ -26,6 +26,7 @@ from temporalio.client import (
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.service import RPCError, RPCStatusCode
 
+from tests.cli_support import without_profiles
 from tests.mission_harness import mission_harness
 from tests.substrate_fixtures import substrate  # noqa: F401  (fixture)
 from worker.admission_live import LiveAdmission, Unreachable
@@ -110,10 +111,7 @@ async def accepted_updates(handle: WorkflowHandle, name: str) -> int:
 
 def cli_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, address: str, bound: str, task_queue: str = "") -> None:
     """Only these settings decide where the CLI connects and how long it waits (no profile of whoever runs the tests)."""
-    (tmp_path / "temporal.toml").write_text("")
-    monkeypatch.setenv("TEMPORAL_CONFIG_FILE", str(tmp_path / "temporal.toml"))
-    for name in ("TEMPORAL_PROFILE", "TEMPORAL_API_KEY", "TEMPORAL_TLS"):
-        monkeypatch.delenv(name, raising=False)
+    without_profiles(monkeypatch, tmp_path)
     monkeypatch.setenv("TEMPORAL_ADDRESS", address)
     monkeypatch.setenv("TEMPORAL_NAMESPACE", "default")
     if task_queue:
