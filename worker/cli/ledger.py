@@ -18,7 +18,7 @@ import sys
 from collections.abc import Awaitable, Callable
 
 from activities.ledger_store import CorruptSnapshotError
-from activities.stores import Stores, StoreUnavailable, select_stores
+from activities.stores import Stores, select_stores
 from worker.cli.arguments import whole_number
 from worker.config import WorkerConfig
 from worker.inputs import check_argument
@@ -46,14 +46,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run_with_stores(body: Callable[[Stores], Awaitable[int]]) -> int:
-    """Run `body` with the configured stores open; every failure one line on stderr."""
+    """Run `body` with the configured stores open; every failure one line on stderr (a store
+    that cannot be opened is `StoreUnavailable`, which `worker.cli.run` reports, exit 1)."""
     config = WorkerConfig.from_env()  # a bad CONDUCTOR_DATABASE_URL: InputError, exit 2
-    try:
-        stores = select_stores(config.database_url, ledger_db=config.ledger_db, audit_db=config.audit_db,
-                               existing_only=True, pool_size=1)  # fmt: skip
-    except StoreUnavailable as error:
-        print(f"conductor: {error}", file=sys.stderr)
-        return 1
+    stores = select_stores(config.database_url, ledger_db=config.ledger_db, audit_db=config.audit_db,
+                           existing_only=True, pool_size=1)  # fmt: skip
 
     async def main() -> int:
         async with stores:
@@ -61,7 +58,7 @@ def run_with_stores(body: Callable[[Stores], Awaitable[int]]) -> int:
 
     try:
         return asyncio.run(main())
-    except (StoreUnavailable, CorruptSnapshotError) as error:
+    except CorruptSnapshotError as error:
         print(f"conductor: {error}", file=sys.stderr)
         return 1
 
