@@ -84,9 +84,10 @@ def read_file_tail(uri: str, stream: str, max_bytes: int) -> StreamText:
 
 def _tail(text: str, max_bytes: int) -> tuple[str, int]:
     """The end of `text`, at most about `max_bytes` (UTF-8), and how many characters are left out."""
-    if len(text.encode("utf-8")) <= max_bytes:
+    data = text.encode("utf-8")
+    if len(data) <= max_bytes:
         return text, 0
-    kept = text.encode("utf-8")[-max_bytes:].decode("utf-8", errors="ignore")
+    kept = data[-max_bytes:].decode("utf-8", errors="ignore")
     return kept, len(text) - len(kept)
 
 

@@ -129,6 +129,11 @@ def one_line(error: BaseException) -> str:
     return " ".join(str(error).split()) or type(error).__name__
 
 
+def refusal(error: RPCError) -> str:
+    """The line for an answer the server gave that is a refusal: its message and status."""
+    return f"the Temporal server refused: {' '.join(error.message.split())} ({error.status.name if error.status else 'no status'})"
+
+
 async def connect(profile: str | None = None, **overrides: Any) -> Client:
     try:
         options = {**connect_options(profile), **overrides}

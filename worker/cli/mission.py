@@ -25,7 +25,7 @@ from pydantic import ValidationError
 from temporalio.service import RPCError
 
 from worker.config import WorkerConfig
-from worker.connection import CLI_RETRY_CONFIG, ReconnectSettingError, connect
+from worker.connection import CLI_RETRY_CONFIG, ReconnectSettingError, connect, refusal
 from worker.inputs import InputError, check_argument, label, one_line, read_json
 from worker.ledger_view import ProgressLines, progress_record, render_ledger, render_progress
 from worker.mission_list import MAX_LIMIT, MISSION_STATES, list_missions, mission_query, missions_table, since_time
@@ -212,7 +212,7 @@ def _run(coroutine: Coroutine[Any, Any, int]) -> int:
     except ConnectionError as error:  # and TemporalUnreachable: the server stayed away past the reconnect bound
         code, message = 1, str(error)
     except RPCError as error:  # any other answer the server gives: still one line
-        code, message = 1, f"the Temporal server refused: {error.message} ({error.status.name if error.status else 'no status'})"
+        code, message = 1, refusal(error)
     except Interrupted as error:
         code, message = INTERRUPTED, str(error)
     except KeyboardInterrupt:  # Ctrl-C outside the command's own code (asyncio setting up or cleaning up)

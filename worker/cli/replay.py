@@ -16,7 +16,7 @@ from pathlib import Path
 
 from temporalio.service import RPCError
 
-from worker.connection import CLI_RETRY_CONFIG, connect, one_line, transport_failure
+from worker.connection import CLI_RETRY_CONFIG, connect, one_line, refusal, transport_failure
 from worker.inputs import InputError
 from worker.mission_list import since_time
 from worker.replay_check import (
@@ -72,8 +72,7 @@ def _command(args: argparse.Namespace) -> int:
             print(f"conductor: lost the Temporal server before every history was replayed ({one_line(RuntimeError(lost))})",
                   file=sys.stderr)
             return 1
-        status = error.status.name if error.status else "no status"
-        print(f"conductor: the Temporal server refused: {one_line(RuntimeError(error.message))} ({status})", file=sys.stderr)
+        print(f"conductor: {refusal(error)}", file=sys.stderr)
         return 1
     except OSError as error:  # --save: a directory we cannot create or write into
         print(f"conductor: --save {save_dir}: {error.strerror or one_line(error)}", file=sys.stderr)
