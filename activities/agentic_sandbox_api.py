@@ -331,16 +331,17 @@ class TaskArtifacts(_Response):
 #         "contextId": "<optional; becomes the task's contextId (a persistent agent's session)>",
 #         "parts": [{"kind": "text", "text": "<the prompt: a /bin/sh command line>"}],
 #         "metadata": {"https://agentic-sandbox.aiwg.io/extensions/runtime/v1": {
-#             "child_id": "<lineage.child_id of an admitted workload record>",
+#             "child_id": "<lineage.child_id of an admitted workload record>",  # absent: no record
 #             "kind": "one-shot-command | daemon | persistent-agent | scheduled-collector",
 #             "timeout_seconds": 60,            # optional: defaults to the record's budget
 #             "schedule": "*/5 * * * *",        # optional: defaults to the record's spec.schedule
-#             "verifier": "test -s result.json" # optional: run after a successful run
 #         }}}}
 #
 # The same `messageId` always yields the same task (idempotency extension). The executor never
 # writes a workload record: the fleet plane projects a bound task's state into it on reads
-# (fleet.rs `project_task_observation`).
+# (fleet.rs `project_task_observation`). The real executor reads nothing from the metadata; the
+# local substrate reads it to run a workload per its record. A message without a `child_id` is a
+# command for no record: how the conductor runs a child's verifier, in the child's context.
 
 
 class _A2ARequest(BaseModel):
@@ -374,23 +375,21 @@ class MessageSendParams(_A2ARequest):
 class RuntimeDispatch(_Request):
     """What the runtime extension carries in `message.metadata[RUNTIME_EXTENSION]`."""
 
-    child_id: _ChildId
+    child_id: _ChildId | None = None
     kind: WorkloadKind
     timeout_seconds: int | None = Field(default=None, ge=1)
     schedule: str | None = Field(default=None, min_length=1)
-    verifier: str | None = Field(default=None, min_length=1)
 
 
 class Dispatch(_Request):
     """Everything needed to start one workload's task; `build_message` turns it into A2A."""
 
     message_id: str = Field(min_length=1, max_length=256)
-    child_id: _ChildId
+    child_id: _ChildId | None = None  # None: a command for no workload record (a verifier)
     kind: WorkloadKind
     prompt: str = Field(min_length=1)
     timeout_seconds: int | None = Field(default=None, ge=1)
     schedule: str | None = None
-    verifier: str | None = None
     context_id: str | None = None
 
 
@@ -400,7 +399,6 @@ def build_message(dispatch: Dispatch) -> MessageSendParams:
         kind=dispatch.kind,
         timeout_seconds=dispatch.timeout_seconds,
         schedule=dispatch.schedule,
-        verifier=dispatch.verifier,
     )
     message = OutgoingMessage(
         message_id=dispatch.message_id,

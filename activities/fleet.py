@@ -30,6 +30,8 @@ Every message leaving here is scrubbed of the token values, whatever produced it
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import json
 from collections.abc import Awaitable, Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any, TypeVar
@@ -72,6 +74,8 @@ from workflows.workload.messages import (
     LIST_TARGETS,
     OBSERVE_WORKLOAD,
     RECONCILE,
+    RUN_VERIFIER,
+    VERIFIER_GRACE_SECONDS,
     WATCH_WORKLOAD,
     AdmitAndDispatch,
     Admitted,
@@ -85,9 +89,11 @@ from workflows.workload.messages import (
     Reconcile,
     ReconcileResult,
     Refusal,
+    RunVerifier,
     TargetList,
     TaskRef,
     TaskView,
+    VerifierRun,
     WatchWorkload,
     WorkloadRef,
 )
@@ -192,6 +198,7 @@ class FleetActivities:
             self.admit_and_dispatch,
             self.get_task,
             self.cancel_task,
+            self.run_verifier,
             self.reconcile,
         ]
 
@@ -442,4 +449,53 @@ class FleetActivities:
         return task_view(request.instance_id, task, request.max_output_chars)
 
 
-_EXECUTOR_OPERATIONS = frozenset({DISPATCH_TASK, GET_TASK, CANCEL_TASK})
+    @activity.defn(name=RUN_VERIFIER)
+    async def run_verifier(self, request: RunVerifier) -> VerifierRun:
+        """Send the verifier as a command for no record, in the child's context, and wait for it.
+
+        The real server runs any message it is sent and produces only `log` and `result`
+        evidence, so the conductor runs a child's verifier itself: a task of its own on the
+        child's instance, in the context the child's task ran in (same machine, same files). The
+        same `messageId` on every retry finds the same task, so a verifier never runs twice.
+        Heartbeats while it runs; past its time budget (plus a grace for the executor to end it
+        itself) it is cancelled and does not pass.
+        """
+        _, executor = self._clients()
+        dispatch = Dispatch(
+            message_id=request.message_id,
+            kind="one-shot-command",
+            prompt=request.command,
+            timeout_seconds=request.timeout_seconds,
+            context_id=request.context_id,
+        )
+        task = await self._call(RUN_VERIFIER, lambda: executor.send_message(request.instance_id, dispatch))
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + request.timeout_seconds + VERIFIER_GRACE_SECONDS
+        pause = FIRST_POLL_SECONDS
+        try:
+            while not task.terminal and loop.time() < deadline:
+                activity.heartbeat(task.status.state)
+                await asyncio.sleep(min(pause, max(0.0, deadline - loop.time())))
+                pause = min(pause * 2, request.poll_interval_seconds)
+                task = await self._call(RUN_VERIFIER, lambda: executor.get_task(request.instance_id, task.id))
+        except asyncio.CancelledError:  # the workload was cancelled: nothing of it may run on
+            stop = TaskRef(instance_id=request.instance_id, task_id=task.id, max_output_chars=0)
+            await asyncio.shield(self.cancel_task(stop))
+            raise
+        if not task.terminal:
+            await self.cancel_task(TaskRef(instance_id=request.instance_id, task_id=task.id, max_output_chars=0))
+            task = await self._call(RUN_VERIFIER, lambda: executor.get_task(request.instance_id, task.id))
+        status = task.status.model_dump(mode="json", by_alias=True, exclude_none=True)
+        text = task.status_text()
+        if not task.terminal:
+            text = f"still {task.status.state} after its {request.timeout_seconds} s time budget; cancelled"
+        return VerifierRun(
+            task_id=task.id,
+            state=task.status.state,
+            passed=task.status.state == "completed",
+            status_text=self._scrub(text) if text else None,
+            status_sha256=hashlib.sha256(json.dumps(status, sort_keys=True, separators=(",", ":")).encode()).hexdigest(),
+        )
+
+
+_EXECUTOR_OPERATIONS = frozenset({DISPATCH_TASK, GET_TASK, CANCEL_TASK, RUN_VERIFIER})

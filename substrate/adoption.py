@@ -5,15 +5,14 @@ then says `re-adopted` (`management/src/http/fleet.rs`, `reconcile`). The substr
 same with local processes (`substrate/procs.py`: own session, exit-status wrapper):
 
 - at every spawn the task row gets the leader's pid and start time, and the task directory a
-  `process.json` saying which run it is (output directory, prompt or verifier);
+  `process.json` saying where the run writes its output;
 - when the substrate stops cleanly and is configured to keep its workloads
   (`RunnerSettings.keep_processes_on_stop`), nothing is killed; after a crash nothing could be;
 - at the next start (`readopt`), each task still `working`:
   - whose leader runs with the recorded start time is re-adopted: it stays `working` and is
     watched until it exits (within what is left of its time budget), then ends as it would have
-    (its verifier runs, its output becomes artifacts, its exit status decides);
-  - whose process ended meanwhile is ended by the exit status its wrapper wrote (the verifier
-    still runs when it has not yet);
+    (its output becomes artifacts, its exit status decides);
+  - whose process ended meanwhile is ended by the exit status its wrapper wrote;
   - with no process and no status (killed with its wrapper, never started, a recycled pid) is
     `unknown`: fail closed, never guessed. Stragglers of its group are killed.
 """
@@ -48,29 +47,28 @@ class Spawned:
     pid: int
     start_ticks: int | None
     out_dir: Path
-    name: str  # "" for the prompt, "verifier-" for the verifier
 
     @property
     def stdout(self) -> Path:
-        return self.out_dir / f"{self.name}stdout.txt"
+        return self.out_dir / "stdout.txt"
 
     @property
     def stderr(self) -> Path:
-        return self.out_dir / f"{self.name}stderr.txt"
+        return self.out_dir / "stderr.txt"
 
     @property
     def exit_file(self) -> Path:
-        return exit_file(self.out_dir, self.name)
+        return exit_file(self.out_dir)
 
 
-def exit_file(out_dir: Path, name: str) -> Path:
-    return out_dir / f"{name}exit-status"
+def exit_file(out_dir: Path) -> Path:
+    return out_dir / "exit-status"
 
 
 def _read_spawned(task_dir: Path) -> Spawned | None:
     try:
         data = json.loads((task_dir / PROCESS_FILE).read_text())
-        return Spawned(int(data["pid"]), data["start_ticks"], Path(data["out_dir"]), str(data["name"]))
+        return Spawned(int(data["pid"]), data["start_ticks"], Path(data["out_dir"]))
     except (OSError, ValueError, KeyError, TypeError):
         return None
 
@@ -87,10 +85,10 @@ class Readoption:
 
     # -- at spawn ----------------------------------------------------------------------
 
-    def _record_process(self, task: TaskRow, process: procs.ShellProcess, out_dir: Path, name: str) -> None:
+    def _record_process(self, task: TaskRow, process: procs.ShellProcess, out_dir: Path) -> None:
         ticks = procs.start_ticks(process.pid)
         self._store.update_task(task.task_id, pid=process.pid, pid_start_ticks=ticks)
-        record = {"pid": process.pid, "start_ticks": ticks, "out_dir": str(out_dir), "name": name}
+        record = {"pid": process.pid, "start_ticks": ticks, "out_dir": str(out_dir)}
         path = self._task_dir(task) / PROCESS_FILE  # type: ignore[attr-defined]
         partial = path.with_suffix(".part")
         partial.write_text(json.dumps(record))
@@ -176,15 +174,7 @@ class Readoption:
                 self._set(task, "unknown", fail_kind="infrastructure",  # type: ignore[attr-defined]
                           error="the re-adopted process ended without an exit status; its outcome is unknown")  # fmt: skip
                 return
-            if task.kind not in _TIMED_KINDS:
-                self._finish_run(job, outcome, None)  # type: ignore[attr-defined]
-                return
-            if spawned.name:  # the verifier was running: the command itself had succeeded
-                prompt = _outcome(0, False, spawned.out_dir / "stdout.txt", spawned.out_dir / "stderr.txt")
-                self._finish_run(job, prompt, outcome)  # type: ignore[attr-defined]
-                return
-            verification = await self._verify(job, outcome, spawned.out_dir)  # type: ignore[attr-defined]
-            self._finish_run(job, outcome, verification)  # type: ignore[attr-defined]
+            self._finish_run(job, outcome)  # type: ignore[attr-defined]
         except asyncio.CancelledError:
             if not self.detaching:
                 await asyncio.shield(

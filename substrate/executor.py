@@ -7,7 +7,7 @@ Shapes and codes follow the real executor (agentic-sandbox e901dc2,
   object, or one the message format does not fit: 400 `request.invalid_params` (send_message.rs);
   credential material anywhere in the body (keys that name a
   credential, strings that look like one: `workflows.credential_material`; a command uses its
-  secrets through `$NAME` from the environment), a command with a NUL, a missing or invalid
+  secrets through `$NAME` from the environment), a command with a NUL, an invalid
   runtime-extension entry in `message.metadata`: 400 `executor.invalid_message` (the substrate's
   own checks; the real executor has no such entry);
 - the same `messageId` with different content (or for another instance): 422
@@ -18,6 +18,9 @@ Shapes and codes follow the real executor (agentic-sandbox e901dc2,
   schedule): 422 with an `executor.*` code, no task is created (the substrate's own checks);
 - a record that cannot start a task any more (bound to another task, in a terminal or review
   state, desired state stopped/cancelled): an A2A task in state `rejected`, no process.
+A message for no record (no runtime-extension entry, or one without `child_id`) is a one-shot
+command on the instance, within `timeout_seconds` or PLAIN_TASK_TIMEOUT_SECONDS: the real
+executor runs whatever it is sent. The conductor sends a child's verifier that way.
 Otherwise the task is created (`submitted`) and the runner starts it (`working`). The record is
 not touched: the orchestrator binds the task with an observation, and reads of the record then
 project the task into it (`substrate.projection`), as on the real server.
@@ -57,6 +60,7 @@ from workflows.contract import (
 from workflows.credential_material import find_credential_material
 
 ALL_KINDS: tuple[WorkloadKind, ...] = ("one-shot-command", "daemon", "persistent-agent", "scheduled-collector")
+PLAIN_TASK_TIMEOUT_SECONDS = 3600  # a command for no record has no budget of its own: an hour
 __all__ = ["SUPPORTED_EXTENSIONS", "ExecutorService", "Instance", "local_instances"]
 # The real instance list's `runtime` for an isolation tier the substrate is configured to offer.
 _RUNTIME_FOR_ISOLATION = {"host": "host", "container": "docker", "vm": "qemu"}
@@ -187,9 +191,7 @@ class ExecutorService:
             params = MessageSendParams.model_validate(body)
         except ValidationError as error:
             raise _invalid_params(f"not an A2A message: {_issues(error)}") from None
-        raw = (params.message.metadata or {}).get(RUNTIME_EXTENSION)
-        if raw is None:
-            raise _invalid(f"message.metadata must carry the runtime extension's data under {RUNTIME_EXTENSION!r}")
+        raw = (params.message.metadata or {}).get(RUNTIME_EXTENSION, {})
         try:
             runtime = RuntimeDispatch.model_validate(raw)
         except ValidationError as error:
@@ -197,9 +199,8 @@ class ExecutorService:
         prompt = params.message.prompt()
         if not prompt.strip():
             raise _invalid("the message needs a non-empty text part: the command to run")
-        for name, command in (("the command", prompt), ("the verifier", runtime.verifier or "")):
-            if "\x00" in command:
-                raise _invalid(f"{name} contains a NUL character, which no command line can carry")
+        if "\x00" in prompt:
+            raise _invalid("the command contains a NUL character, which no command line can carry")
         return params, runtime, prompt
 
     async def send(self, instance_id: str, body: object) -> tuple[bool, dict[str, Any]]:
@@ -232,10 +233,12 @@ class ExecutorService:
     def _admit_task(
         self, instance: Instance, message: Message, runtime: RuntimeDispatch, prompt: str, fingerprint: str
     ) -> TaskRow:
+        if runtime.child_id is None:
+            return self._admit_plain_task(instance, message, runtime, prompt, fingerprint)
         record = self._fleet.find(runtime.child_id)
         if record is None:
             raise not_found(runtime.child_id)
-        if record.kind != runtime.kind:
+        if runtime.kind is not None and record.kind != runtime.kind:
             raise SubstrateError(
                 422,
                 "executor.kind_mismatch",
@@ -294,15 +297,40 @@ class ExecutorService:
             state="rejected" if refusal else "submitted",
             status_text=refusal,
             updated_at=timestamp(),
-            request={
-                "prompt": prompt,
-                "timeout_seconds": timeout,
-                "schedule": schedule,
-                "verifier": runtime.verifier,
-            },
+            request={"prompt": prompt, "timeout_seconds": timeout, "schedule": schedule},
             artifacts=[],
             terminal_at=timestamp() if refusal else None,
             status_extra={"task_id": task_id, **({"error": refusal} if refusal else {})},
+        )
+        self._store.insert_task(task)
+        return task
+
+    def _admit_plain_task(
+        self, instance: Instance, message: Message, runtime: RuntimeDispatch, prompt: str, fingerprint: str
+    ) -> TaskRow:
+        if runtime.kind not in (None, "one-shot-command"):
+            raise _invalid(
+                f"a {runtime.kind} runs for a workload record: name it with `child_id` in the runtime extension's data"
+            )
+        if runtime.schedule is not None:
+            raise _invalid("a schedule belongs to a scheduled-collector's record: name it with `child_id`")
+        task_id = f"task-{uuid.uuid4().hex}"
+        task = TaskRow(
+            task_id=task_id,
+            message_id=message.message_id,
+            message_sha256=fingerprint,
+            instance_id=instance.id,
+            child_id="",
+            context_id=message.context_id or "",
+            kind="one-shot-command",
+            state="submitted",
+            status_text=None,
+            updated_at=timestamp(),
+            request={"prompt": prompt, "timeout_seconds": runtime.timeout_seconds or PLAIN_TASK_TIMEOUT_SECONDS,
+                     "schedule": None},  # fmt: skip
+            artifacts=[],
+            terminal_at=None,
+            status_extra={"task_id": task_id},
         )
         self._store.insert_task(task)
         return task

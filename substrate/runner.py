@@ -2,12 +2,13 @@
 
 As on the real server, the runtime writes only its tasks, never a workload record: the fleet
 plane projects a bound task into its record on every read (`substrate.projection`). Per kind
-(the prompt is always `/bin/sh -c PROMPT`, cwd `<data>/tasks/<task>/work`), the task goes
-`submitted`, then `working` once its process runs, then:
-- one-shot-command and scheduled-collector: `completed` (exit 0, and the verifier passed if one
-  was given) or `failed` (non-zero exit, failed verifier, or the time budget exceeded: the
-  process group is killed). A collector's task is one collection run, started at dispatch, as a
-  real executor runs what it is sent; its record then rests `scheduled`;
+(the prompt is always `/bin/sh -c PROMPT`), the task goes `submitted`, then `working` once its
+process runs, then:
+- one-shot-command and scheduled-collector: `completed` (exit 0) or `failed` (non-zero exit, or
+  the time budget exceeded: the process group is killed). A collector's task is one collection
+  run, started at dispatch, as a real executor runs what it is sent; its record then rests
+  `scheduled`. A message for no workload record (no `child_id`) runs the same way: the real
+  executor runs whatever it is sent, and that is how the conductor runs a child's verifier;
 - daemon: no time budget, `working` until cancelled; an exit is `completed` (status 0) or
   `failed`, which the record shows as needing review or failed;
 - persistent-agent: `working` while alive; on exit `completed` / `failed` by exit status.
@@ -15,11 +16,15 @@ A failure has `fail_kind` "application" (the command's own doing) or "infrastruc
 not start); the status says why (`summary`, `error`, `exit_code`), as the real
 `agent_message_dispatch.rs` observer writes it.
 
+Working directory: tasks whose messages name the same A2A context (`contextId`) on one instance
+share one, `<data>/contexts/<digest>/work`, as tasks sent to one real agent share its machine;
+a task without a context works in `<data>/tasks/<task>/work`. So a verifier sent in a child's
+context sees the files the child's command left.
+
 Output: stdout and stderr become task artifacts of the real executor's shape, one
 `output_chunk` per stream with text (`{kind, stream, data, command_id, seq, task_id}`, at most
 `artifact_text_limit` bytes of text each, `truncated` when cut), served by
-`GET /agents/{id}/v1/tasks/{tid}/artifacts`; a passing verifier's stdout is one more, stream
-`verifier` (the substrate's own addition; the record shows every artifact as a `log`).
+`GET /agents/{id}/v1/tasks/{tid}/artifacts`.
 
 Stopping: cancel kills the process group and records `canceled`. Shutdown kills every group, or
 leaves them running when `keep_processes_on_stop` is set, and records nothing; processes also
@@ -34,7 +39,7 @@ import asyncio
 import hashlib
 import logging
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -180,6 +185,13 @@ class Runner(Readoption):
     def _task_dir(self, task: TaskRow) -> Path:
         return self._settings.data_dir / "tasks" / task.task_id
 
+    def _work_dir(self, task: TaskRow) -> Path:
+        """Shared by the tasks of one context on one instance; the task's own otherwise."""
+        if not task.context_id:
+            return self._task_dir(task) / "work"
+        digest = hashlib.sha256(f"{task.instance_id}\0{task.context_id}".encode()).hexdigest()[:32]
+        return self._settings.data_dir / "contexts" / digest / "work"
+
     def _environment(self, task: TaskRow) -> dict[str, str]:
         secrets = set(self._settings.secrets)
         env = {k: v for k, v in os.environ.items() if k not in TOKEN_ENV_VARS and v not in secrets}
@@ -193,26 +205,23 @@ class Runner(Readoption):
         command: str,
         out_dir: Path,
         timeout: float | None,
-        *,
-        name: str = "",
-        on_spawn: Callable[[procs.ShellProcess], None] | None = None,
     ) -> RunOutcome:
         task = job.task
-        work = self._task_dir(task) / "work"
+        work = self._work_dir(task)
         work.mkdir(parents=True, exist_ok=True)
         out_dir.mkdir(parents=True, exist_ok=True)
-        stdout, stderr = out_dir / f"{name}stdout.txt", out_dir / f"{name}stderr.txt"
+        stdout, stderr = out_dir / "stdout.txt", out_dir / "stderr.txt"
         try:
             process = await procs.spawn_shell(
                 command, cwd=work, stdout=stdout, stderr=stderr, env=self._environment(task),
-                exit_file=exit_file(out_dir, name),
+                exit_file=exit_file(out_dir),
             )  # fmt: skip
         except OSError as error:
             return RunOutcome(None, False, stdout, stderr, spawn_error=f"cannot start /bin/sh: {error.strerror}")
-        self._record_process(task, process, out_dir, name)
+        self._record_process(task, process, out_dir)
         try:
-            if on_spawn is not None:
-                on_spawn(process)
+            self._set(task, "working")  # as the real observer reports once the command runs
+            job.started.set()
             try:
                 returncode = await asyncio.wait_for(process.wait(), timeout)
                 return RunOutcome(returncode, False, stdout, stderr)
@@ -223,67 +232,34 @@ class Runner(Readoption):
             # Cancelled, timed out or finished: nothing of the group outlives this run.
             await asyncio.shield(procs.stop_group(process, self._settings.kill_grace_seconds))
 
-    def _reporter(self, job: _Job) -> Callable[[procs.ShellProcess], None]:
-        """The `on_spawn` of a task's own command: once its process runs, the task is `working`."""
-
-        def report_running(_: procs.ShellProcess) -> None:
-            self._set(job.task, "working")
-            job.started.set()
-
-        return report_running
-
-    async def _run_and_verify(self, job: _Job, run_dir: Path) -> tuple[RunOutcome, RunOutcome | None]:
-        request = job.task.request
-        timeout = request["timeout_seconds"]
-        outcome = await self._run(job, request["prompt"], run_dir, timeout, on_spawn=self._reporter(job))
-        return outcome, await self._verify(job, outcome, run_dir)
-
-    async def _verify(self, job: _Job, outcome: RunOutcome, run_dir: Path) -> RunOutcome | None:
-        """Run the task's verifier after a command that succeeded in time; None if there is none to run."""
-        request = job.task.request
-        if outcome.returncode == 0 and not outcome.timed_out and request.get("verifier"):
-            return await self._run(job, request["verifier"], run_dir, request["timeout_seconds"], name="verifier-")
-        return None
-
-    def _finish_run(self, job: _Job, outcome: RunOutcome, verification: RunOutcome | None) -> bool:
-        """Record the end of one run; True if it succeeded."""
+    def _finish_run(self, job: _Job, outcome: RunOutcome) -> None:
+        """Record the end of the task's run."""
         task = job.task
-        outputs = [("stdout", outcome.stdout), ("stderr", outcome.stderr)]
-        if verification is not None and verification.returncode == 0 and not verification.timed_out:
-            outputs.append(("verifier", verification.stdout))
-        artifacts = self._artifacts(task, outputs)
+        artifacts = self._artifacts(task, [("stdout", outcome.stdout), ("stderr", outcome.stderr)])
         command = command_id(task)
         if outcome.spawn_error:
             self._set(task, "failed", fail_kind="infrastructure", error=outcome.spawn_error, artifacts=artifacts)
-            return False
+            return
         if outcome.timed_out:
             self._set(task, "failed", fail_kind="application", artifacts=artifacts, exit_code=outcome.returncode,
                       error=f"command {command} killed after the {task.request['timeout_seconds']} s time budget")  # fmt: skip
-            return False
+            return
         assert outcome.returncode is not None
         if outcome.returncode != 0:
             self._set(task, "failed", fail_kind="application", exit_code=outcome.returncode, artifacts=artifacts,
                       summary=f"command {command} exited {outcome.returncode}")  # fmt: skip
-            return False
-        if verification is not None and (verification.returncode != 0 or verification.timed_out):
-            detail = "timed out" if verification.timed_out else f"exited with status {verification.returncode}"
-            self._set(task, "failed", fail_kind="application", exit_code=0, artifacts=artifacts,
-                      error=f"command {command} succeeded but its verifier {detail}")  # fmt: skip
-            return False
+            return
         self._set(task, "completed", exit_code=0, artifacts=artifacts, summary=f"command {command} exited 0")
-        return True
 
     # -- per kind ----------------------------------------------------------------------
 
     async def _one_shot(self, job: _Job) -> None:
-        outcome, verification = await self._run_and_verify(job, self._task_dir(job.task))
-        self._finish_run(job, outcome, verification)
+        request = job.task.request
+        self._finish_run(job, await self._run(job, request["prompt"], self._task_dir(job.task), request["timeout_seconds"]))
 
     async def _long_lived(self, job: _Job) -> None:
         """A daemon or persistent agent: no time budget, runs until it exits or is cancelled."""
-        outcome = await self._run(job, job.task.request["prompt"], self._task_dir(job.task), None,
-                                  on_spawn=self._reporter(job))  # fmt: skip
-        self._finish_run(job, outcome, None)
+        self._finish_run(job, await self._run(job, job.task.request["prompt"], self._task_dir(job.task), None))
 
     _KINDS = {
         "one-shot-command": _one_shot,

@@ -15,8 +15,10 @@ Sources, all `jmagly/agentic-sandbox` at commit e901dc2:
   `handlers/artifacts.rs` `artifact_to_json`.
 
 What the real executor does not have and the substrate adds, under the runtime extension's key
-in `message.metadata`: the workload's `child_id` and `kind`, and optionally `timeout_seconds`,
-`schedule` and `verifier` (`RuntimeDispatch`); the substrate checks them against the record.
+in `message.metadata`: the workload's `child_id` and `kind`, and optionally `timeout_seconds` and
+`schedule` (`RuntimeDispatch`); the substrate checks them against the record. A message without
+them, or without a `child_id`, is a plain command for no record, which the real executor also
+runs (it reads nothing from a message's metadata).
 """
 
 from __future__ import annotations
@@ -112,13 +114,13 @@ class MessageSendParams(BaseModel):
 
 
 class RuntimeDispatch(_Strict):
-    """The substrate's data under `message.metadata[RUNTIME_EXTENSION]`."""
+    """The substrate's data under `message.metadata[RUNTIME_EXTENSION]`; all optional, since the
+    real executor needs none of it. No `child_id`: a one-shot command for no workload record."""
 
-    child_id: Id
-    kind: Literal["persistent-agent", "daemon", "scheduled-collector", "one-shot-command"]
+    child_id: Id | None = None
+    kind: Literal["persistent-agent", "daemon", "scheduled-collector", "one-shot-command"] | None = None
     timeout_seconds: int | None = Field(default=None, ge=1)
     schedule: str | None = Field(default=None, min_length=1)
-    verifier: str | None = Field(default=None, min_length=1)
 
 
 def requested_extensions(header_values: Iterable[str]) -> set[str]:

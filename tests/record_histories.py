@@ -133,6 +133,7 @@ async def record(client: Client, substrate: RunningSubstrate, scratch: Path) -> 
                 contended_missions(client, control),
                 orphaned_workload(client, control),
                 workloads_refused(client, url),
+                workloads_verified(client),
             )
     finally:
         await fleet.aclose()
@@ -325,6 +326,18 @@ async def workloads_refused(client: Client, fleet_url: str) -> None:
     await save_chain(client, "workload:recorded-direct:clash-again", "workload-admission-refused")
     await save_chain(client, "workload:recorded-direct:in-a-vm", "workload-dispatch-refused")
     await save_chain(client, "workload:recorded-direct:stuck", "workload-cancelled-before-dispatch")
+
+
+async def workloads_verified(client: Client) -> None:
+    """The conductor's own verifier after a one-shot succeeds: one that passes, one that does not."""
+    for name, verifier in (("verified", "grep -q 42 answer.txt"), ("unverified", "grep -q 41 answer.txt")):
+        input = direct(name, "echo 42 > answer.txt", verifier=verifier, required_evidence=["verifier"])
+        handle = await client.start_workflow(
+            "WorkloadWorkflow", input, id=f"workload:recorded-direct:{name}", task_queue=TASK_QUEUE,
+            result_type=WorkloadResult,
+        )
+        await ended(handle)
+        await save_chain(client, f"workload:recorded-direct:{name}", f"workload-{name}")
 
 
 if __name__ == "__main__":

@@ -35,6 +35,7 @@ from workflows.mission.aggregation import (
 from workflows.mission.ledger import ChildAdmission, MissionLedger, ReviewDecision
 from workflows.mission.observation import ChildObservation
 from workflows.mission.spec import MissionSpec
+from worker.ledger_view import evidence_line
 
 T0 = datetime(2026, 8, 2, 15, 0, tzinfo=timezone.utc)
 SHA = "a" * 64
@@ -579,6 +580,35 @@ def test_complete_evidence_satisfies() -> None:
         initial_ledger(spec), spec, observation("child-a", 3, "succeeded", artifacts=["verifier", "result"])
     )
     assert ledger.child("child-a").evidence_complete and ledger.parent_state == "completed"
+
+
+def test_the_ledger_says_where_each_piece_of_evidence_came_from() -> None:
+    """The substrate projects `log` and `result` from the child's task (fleet.rs
+    `project_task_observation`); a `verifier` artifact naming another task is the conductor's own
+    verifier run; anything else was written by some observation, which the ledger does not vouch for."""
+    spec = make_spec("all-pass", ["one-shot-command"], **{"child-a": {"required_evidence": ["result", "verifier"]}})
+    lineage = Lineage(
+        orchestrator_id="o", mission_id=spec.mission_id, dispatch_id="d", idempotency_key="k",
+        child_id=f"{spec.mission_id}:child-a", target_id="t", executor_id="e", runtime_id="r", task_id="task-1",
+    )  # fmt: skip
+    artifacts = [
+        Artifact(kind="log", uri="sandbox://tasks/task-1/artifacts/a-1", sha256=SHA),
+        Artifact(kind="result", uri="sandbox://tasks/task-1/status", sha256=SHA),
+        Artifact(kind="verifier", uri="sandbox://tasks/task-9/status", sha256=SHA),
+        Artifact(kind="other", uri="https://example.org/report", sha256=SHA),
+    ]
+    obs = ChildObservation(child_id="child-a", kind="one-shot-command", revision=4, observed_state="succeeded",
+                           observed_at=T0, lineage=lineage, artifacts=artifacts)  # fmt: skip
+    child = apply_observation(initial_ledger(spec), spec, obs).child("child-a")
+    assert [(e.kind, e.source, e.task_id) for e in child.evidence] == [
+        ("log", "executor", "task-1"), ("result", "executor", "task-1"),
+        ("verifier", "conductor-verifier", "task-9"), ("other", "observation", None),
+    ]  # fmt: skip
+    assert child.satisfied
+    assert evidence_line(child) == (
+        "evidence: log, result from the executor, task task-1; verifier from the conductor's verifier, task task-9; "
+        "other from an observation"
+    )
 
 
 @pytest.mark.parametrize(

@@ -64,3 +64,16 @@ def test_run_and_start_help_point_to_the_schema_and_the_doc(command, capsys):
     assert exited.value.code == 0
     out = " ".join(capsys.readouterr().out.split())
     assert "conductor mission schema" in out and "docs/mission-spec.md" in out and "--create-host-group" in out
+
+
+@pytest.mark.parametrize("kind", sorted(KINDS - {"one-shot-command"}))
+def test_only_a_one_shot_command_takes_a_verifier(kind: str) -> None:
+    """A verifier checks a finished run. The real server keeps projecting a long-lived kind's record
+    from its task (fleet.rs `project_task_observation`), which would overwrite the verifier's
+    evidence, so the spec refuses it with the fix named."""
+    extra = {"schedule": "*/5 * * * *"} if kind == "scheduled-collector" else {}
+    child = {"child_id": "c", "kind": kind, "prompt": "true", "verifier": "true", **extra}
+    with pytest.raises(ValueError, match=f"only a one-shot-command takes a `verifier`.*a {kind} never finishes"):
+        MissionSpec.model_validate({"mission_id": "m", "orchestrator_id": "o", "goal": "g", "children": [child]})
+    one_shot = {"child_id": "c", "kind": "one-shot-command", "prompt": "true", "verifier": "true"}
+    assert MissionSpec.model_validate({"mission_id": "m", "orchestrator_id": "o", "goal": "g", "children": [one_shot]})

@@ -42,7 +42,7 @@ from activities.sandbox_client import (
     error_from_response,
 )
 from workflows.contract import WorkloadStatus
-from workflows.workload.messages import DispatchAndRead, Dispatched, DispatchTask, TaskDispatch, Target
+from workflows.workload.messages import DispatchAndRead, Dispatched, DispatchTask, RunVerifier, TaskDispatch, Target
 
 FIXTURES = Path(__file__).parent / "fixtures" / "agentic_sandbox"
 BASE = "http://sandbox.test"
@@ -316,3 +316,40 @@ async def test_the_artifacts_output_is_cut_to_the_callers_limit() -> None:
     artifacts = TaskArtifacts.model_validate(fixture("task-artifacts")["body"])
     view = task_view(HOST_ID, Task.model_validate(fixture("task-completed")["body"]), 5, artifacts)
     assert (view.output, view.output_truncated, view.status_text) == ("hello", True, "command cmd-41 exited 0")
+
+
+# --- verifier evidence: the real server has no verifier, so the conductor runs one --------------
+
+
+async def run_verifier(server: RealServer, command: str = "test -s answer.txt") -> Any:
+    activities = FleetActivities(BASE, BASE, "admin-token", "operator-token", transport=httpx.MockTransport(server))
+    request = RunVerifier(instance_id=HOST_ID, message_id="m-1:c-1:verify", context_id="m-1:c-1:context",
+                          command=command, timeout_seconds=60, checked_task_id="task-1", poll_interval_seconds=0.01)  # fmt: skip
+    try:
+        return await ActivityEnvironment().run(activities.run_verifier, request)
+    finally:
+        await activities.aclose()
+
+
+@pytest.mark.parametrize("ending, passed", [("task-completed", True), ("task-failed", False)])
+async def test_the_verifier_is_a_message_of_its_own_in_the_childs_context(ending: str, passed: bool) -> None:
+    """The real executor runs whatever message it is sent and reads nothing from its metadata
+    (`handlers/send_message.rs`); the verifier names no workload record, only the child's context."""
+    server = RealServer()
+    agents = f"/agents/{HOST_ID}/v1"
+    ended = fixture(ending)
+    ended["body"]["id"] = "task-7"
+    server.overrides[("GET", f"{agents}/tasks/task-7")] = ended
+    run = await run_verifier(server)
+    send = next(r for r in server.requests if r.url.path.endswith("/messages:send"))
+    message = json.loads(send.content)["message"]
+    assert RUNTIME_EXTENSION in send.headers["A2A-Extensions"]
+    assert (message["messageId"], message["contextId"]) == ("m-1:c-1:verify", "m-1:c-1:context")
+    assert message["parts"] == [{"kind": "text", "text": "test -s answer.txt"}]
+    assert message["metadata"][RUNTIME_EXTENSION] == {"kind": "one-shot-command", "timeout_seconds": 60}  # no child_id
+    assert (run.task_id, run.passed, run.state) == ("task-7", passed, ended["body"]["status"]["state"])
+    assert run.status_text == ended["body"]["status"]["summary"]
+    again = await run_verifier(server)
+    assert again.status_sha256 == run.status_sha256  # the evidence's hash is the status's, stably
+    # Nothing is written to a record by the activity: the workflow records the outcome itself.
+    assert not any(r.url.path.startswith("/api/v2/fleet") for r in server.requests)

@@ -436,19 +436,47 @@ async def test_command_over_its_time_budget_is_killed_and_failed(fleet: FleetCli
     assert ended.status.state == "failed" and "time budget" in (ended.status_text() or "")
 
 
-async def test_verifier_output_is_an_artifact_or_fails_the_run(fleet: FleetClient, executor: ExecutorClient) -> None:
-    await admitted(fleet, "run-verified")
-    await admitted(fleet, "run-unverified")
-    good_task = await started(fleet, executor, dispatch("run-verified", "echo data > out.txt",
-                                                        verifier="test -s out.txt && echo verified"))  # fmt: skip
-    bad_task = await started(fleet, executor, dispatch("run-unverified", "true", verifier="test -s out.txt"))
-    good = await wait_record(fleet, "run-verified", terminal)
-    assert good.status.observed_state == "succeeded"
-    assert (await executor.artifacts("local-1", good_task.id)).output("verifier") == "verified\n"
-    assert {a.kind for a in good.status.artifacts} == {"log", "result"}  # the real projection's kinds only
-    bad = await wait_record(fleet, "run-unverified", terminal)
-    assert bad.status.observed_state == "failed"
-    assert "verifier" in ((await executor.get_task("local-1", bad_task.id)).status_text() or "")
+async def ended_task(executor: ExecutorClient, task_id: str):
+    for _ in range(200):
+        task = await executor.get_task("local-1", task_id)
+        if task.terminal:
+            return task
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"task {task_id} did not end")
+
+
+async def test_a_command_for_no_record_runs_in_the_context_where_a_childs_task_left_its_files(
+    fleet: FleetClient, executor: ExecutorClient
+) -> None:
+    """How the conductor runs a verifier: the real executor runs any message (it reads nothing from
+    the metadata), and tasks sent to one agent share its machine. Here: one context, one workspace."""
+    await admitted(fleet, "run-in-context")
+    await started(fleet, executor, dispatch("run-in-context", "echo data > out.txt", context_id="ctx-verify"))
+    record = await wait_record(fleet, "run-in-context", terminal)
+    assert record.status.observed_state == "succeeded"
+
+    def plain(message_id: str, prompt: str, context_id: str | None) -> Dispatch:
+        return Dispatch(message_id=message_id, kind="one-shot-command", prompt=prompt, context_id=context_id)
+
+    seen = await ended_task(executor, (await executor.send_message("local-1", plain("v-1", "test -s out.txt && cat out.txt", "ctx-verify"))).id)
+    assert seen.status.state == "completed" and seen.context_id == "ctx-verify"
+    assert (await executor.artifacts("local-1", seen.id)).output("stdout") == "data\n"
+    elsewhere = await ended_task(executor, (await executor.send_message("local-1", plain("v-2", "test -s out.txt", "ctx-other"))).id)
+    nowhere = await ended_task(executor, (await executor.send_message("local-1", plain("v-3", "test -s out.txt", None))).id)
+    assert (elsewhere.status.state, nowhere.status.state) == ("failed", "failed")  # other contexts, other files
+    again = await executor.send_message("local-1", plain("v-1", "test -s out.txt && cat out.txt", "ctx-verify"))
+    assert again.id == seen.id  # the same messageId finds the same task: a retried verifier runs once
+    # No record is touched by them: the child's record is as its own task left it.
+    assert (await fleet.get("run-in-context")).status.revision == record.status.revision
+
+
+async def test_a_long_lived_kind_or_schedule_without_a_record_is_400(raw: httpx.AsyncClient) -> None:
+    for runtime, words in (({"kind": "daemon"}, "child_id"), ({"kind": "one-shot-command", "schedule": "* * * * *"}, "child_id")):
+        body = {"message": {"kind": "message", "role": "user", "messageId": f"plain-{len(runtime)}",
+                            "parts": [{"kind": "text", "text": "true"}], "metadata": {RUNTIME_EXTENSION: runtime}}}  # fmt: skip
+        answer = await raw.post("/agents/local-1/v1/messages:send", json=body, headers=executor_auth())
+        assert answer.status_code == 400, answer.text
+        assert answer.json()["code"] == "executor.invalid_message" and words in answer.json()["detail"]
 
 
 async def test_daemon_is_healthy_until_cancelled_and_its_process_is_gone(

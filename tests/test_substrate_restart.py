@@ -189,13 +189,11 @@ def test_a_recycled_pid_is_not_taken_for_the_recorded_process() -> None:
     assert not procs.is_running(own, None)
 
 
-async def test_a_re_adopted_command_still_runs_its_verifier_and_a_daemon_stays_up(tmp_path: Path) -> None:
+async def test_a_re_adopted_command_ends_with_its_output_and_a_daemon_stays_up(tmp_path: Path) -> None:
     data = tmp_path / "data"
-    marker = tmp_path / "verified"
     with serve_in_thread(substrate_config(data, keep_workloads_on_stop=True)) as running:
         async with FleetClient(running.base_url, FLEET_TOKEN) as fleet, ExecutorClient(running.base_url, EXECUTOR_TOKEN) as executor:
-            verified_id = await admit_and_dispatch(fleet, executor, "ra-verified", waiting_command(tmp_path, "verified"),
-                                                   verifier=f"touch {marker}")  # fmt: skip
+            verified_id = await admit_and_dispatch(fleet, executor, "ra-verified", waiting_command(tmp_path, "verified"))
             await fleet.admit(make_record("ra-daemon", "daemon"))
             daemon = await executor.send_message("local-1", Dispatch(message_id="msg-ra-daemon", child_id="ra-daemon",
                                                  kind="daemon", prompt=waiting_command(tmp_path, "daemon")))  # fmt: skip
@@ -208,6 +206,8 @@ async def test_a_re_adopted_command_still_runs_its_verifier_and_a_daemon_stays_u
             assert (await task_state(http, daemon.id))["state"] == "working"
             (tmp_path / "verified.go").touch()
             await wait_state(http, verified_id, {"completed"})
-            assert marker.exists()  # the verifier ran after the re-adopted command succeeded
+            # The re-adopted command's output becomes its artifacts, as a fresh run's would.
+            answer = await http.get(f"/agents/local-1/v1/tasks/{verified_id}/artifacts")
+            assert [row["artifact"]["data"] for row in answer.json()["artifacts"]] == ["done\n"]
             assert not process_dead(daemon_pid)
     await wait_until(lambda: process_dead(daemon_pid) and process_dead(verified_pid))

@@ -27,6 +27,7 @@ from temporalio.exceptions import ApplicationError, is_cancelled_exception
 from temporalio.worker import Replayer, Worker
 
 from activities.fleet import FleetActivities
+from activities.sandbox_client import ExecutorClient
 from substrate.server import RunningSubstrate, serve_in_thread
 from tests.substrate_fixtures import (  # noqa: F401
     TOKENS,
@@ -47,6 +48,7 @@ from workflows.workload.messages import (
     AdmitAndDispatch,
     AdmittedAndDispatched,
     WorkloadInput,
+    WorkloadRef,
     WorkloadResult,
 )
 from workflows.workload.workflow import WorkloadWorkflow
@@ -321,6 +323,48 @@ async def test_a_persistent_agent_is_satisfied_while_running_and_binds_its_sessi
     final = seen[-1]
     assert final.output == "done\n" and final.lineage is not None and final.lineage.session_id is not None
     assert outcome.child_cancelled
+
+
+async def test_the_conductor_runs_the_verifier_in_the_childs_context_and_records_its_evidence(
+    dev_env: WorkflowEnvironment, fleet_activities: FleetActivities, substrate: RunningSubstrate
+):
+    """The real server produces only `log` and `result` evidence (fleet.rs,
+    `project_task_observation`), so the conductor runs a verifier as a task of its own, in the
+    context the child ran in, and writes its outcome onto the record with an observation."""
+    client = dev_env.client
+    passing = workload(child("echo 42 > answer.txt; echo wrote", verifier="grep -q 42 answer.txt && echo checked",
+                             required_evidence=["result", "verifier"]))  # fmt: skip
+    failing = workload(child("echo 41 > answer.txt", verifier="grep -q 42 answer.txt", required_evidence=["verifier"]))
+    async with workload_worker(client, fleet_activities) as task_queue:
+        good = await start(client, task_queue, passing)
+        bad = await start(client, task_queue, failing)
+        result = await good.result()
+        failed = await failed_result(bad)
+
+    assert result.verdict == "satisfied" and result.missing_evidence == []
+    final = result.observation
+    assert final.observed_state == "succeeded" and final.output == "wrote\n"
+    verifier = [a for a in final.artifacts if a.kind == "verifier"]
+    assert len(verifier) == 1
+    verifier_task = verifier[0].uri.removeprefix("sandbox://tasks/").removesuffix("/status")
+    assert verifier_task != result.task_id  # a task of its own, not the child's
+    assert final.note is not None and "passed" in final.note and verifier_task in final.note
+    async with ExecutorClient(substrate.base_url, EXECUTOR_TOKEN) as executor:
+        ran = await executor.get_task("local-1", verifier_task)
+        assert ran.status.state == "completed" and ran.context_id == f"{passing.mission_id}:{passing.child.child_id}:context"
+    # The evidence is on the substrate's record too: an observation the real server keeps, since
+    # it projects nothing over a record that has ended.
+    record = await fleet_activities.get_workload(WorkloadRef(child_id=fleet_child_id(passing.mission_id, passing.child.child_id)))
+    assert [a.uri for a in record.status.artifacts if a.kind == "verifier"] == [verifier[0].uri]
+
+    assert failed.verdict == "failed"
+    ended = failed.observation
+    assert (ended.observed_state, ended.error_code) == ("failed", "conductor.verifier_failed")
+    assert "verifier" in {a.kind for a in ended.artifacts}  # the failed check is evidence too
+    assert ended.note is not None and "did not pass" in ended.note
+    calls = [name for name, _ in await activity_calls(good)]
+    assert calls.count("run_verifier") == 1
+    await assert_replays(good, bad)
 
 
 async def test_a_refused_dispatch_ends_the_workload_failed_with_the_server_code(

@@ -22,6 +22,26 @@ def _child_line(child: ChildLedger) -> str:
     return f"  {mark:<6} {child.child_id:<20} {child.kind:<19} {state:<28} rev {child.revision if child.revision is not None else '-':<3} {target}{shown}{note}"
 
 
+_SOURCE_WORDS = {"executor": "the executor, task", "conductor-verifier": "the conductor's verifier, task",
+                 "observation": "an observation"}  # fmt: skip
+
+
+def evidence_line(child: ChildLedger) -> str | None:
+    """`evidence: log, result from the executor, task T; verifier from the conductor's verifier,
+    task V`, for a child that requires evidence or was verified; None for the others."""
+    if not child.required_evidence and all(e.source == "executor" for e in child.evidence):
+        return None
+    groups: dict[tuple[str, str | None], list[str]] = {}
+    for item in child.evidence:
+        groups.setdefault((item.source, item.task_id), []).append(item.kind)
+    parts = [
+        f"{', '.join(kinds)} from {_SOURCE_WORDS[source]}{f' {task}' if task and source != 'observation' else ''}"
+        for (source, task), kinds in groups.items()
+    ]
+    missing = f" (missing: {', '.join(child.missing_evidence)})" if child.missing_evidence else ""
+    return f"evidence: {'; '.join(parts) or 'none yet'}{missing}"
+
+
 def progress_text(ledger: MissionLedger) -> str:
     """What a progress line says, without the snapshot sequence: two ledgers with the same text
     (e.g. before and after a lease renewal) say the same to a person."""
@@ -112,6 +132,9 @@ def render_ledger(
         lines.append(_child_line(child))
         if waits and child.child_id in waits:
             lines.append(f"         {waits[child.child_id]}")
+        evidence = evidence_line(child)
+        if evidence is not None:
+            lines.append(f"         {evidence}")
         for line in (details or {}).get(child.child_id, ()):
             lines.append(f"         {line}")
     lines.append(f"  ledger snapshot {ledger.snapshot_seq}")

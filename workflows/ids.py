@@ -39,3 +39,16 @@ def fleet_child_id(mission_id: str, child_id: str) -> str:
 def dispatch_id(mission_id: str, child_id: str) -> str:
     """Also the A2A `messageId`: the executor starts at most one task per dispatch id."""
     return f"{mission_id}:{child_id}:dispatch"
+
+
+def verifier_message_id(mission_id: str, child_id: str) -> str:
+    """The A2A `messageId` of the child's verifier run: one verifier task per child, however
+    often the call is retried. Never longer than `dispatch_id`, so the spec's check covers it."""
+    return f"{mission_id}:{child_id}:verify"
+
+
+def context_id(mission_id: str, child_id: str) -> str:
+    """The A2A `contextId` of the child's tasks: a persistent agent's session, and what lets a
+    verifier see the command's files (tasks of one context share a workspace). Never longer
+    than `dispatch_id`."""
+    return f"{mission_id}:{child_id}:context"

@@ -65,6 +65,8 @@ from workflows.mission.ledger import (
     ChildLedger,
     ChildOutcome,
     ChosenOutput,
+    Evidence,
+    EvidenceSource,
     MissionLedger,
     ParentState,
     ReviewDecision,
@@ -138,6 +140,31 @@ def missing_evidence(child: ChildLedger) -> tuple[str, ...]:
     return tuple(kind for kind in child.required_evidence if kind not in present)
 
 
+def _task_named_by(uri: str) -> str | None:
+    """The task id in a `sandbox://tasks/<id>/...` URI, the form the real server writes (fleet.rs)."""
+    prefix = "sandbox://tasks/"
+    if not uri.startswith(prefix):
+        return None
+    task = uri[len(prefix):].split("/", 1)[0]
+    return task or None
+
+
+def evidence_of(child: ChildLedger) -> tuple[Evidence, ...]:
+    """Each artifact with who produced it (see `Evidence`): what the child's own task left is the
+    executor's; a `verifier` artifact from another task is the conductor's verifier run."""
+    bound = child.lineage.task_id if child.lineage is not None else None
+    rows = []
+    for artifact in child.artifacts:
+        task = _task_named_by(artifact.uri)
+        source: EvidenceSource = "observation"
+        if task is not None and task == bound:
+            source = "executor"
+        elif task is not None and artifact.kind == "verifier":
+            source = "conductor-verifier"
+        rows.append(Evidence(kind=artifact.kind, uri=artifact.uri, source=source, task_id=task))
+    return tuple(rows)
+
+
 def _dispatched(child: ChildLedger) -> bool:
     return child.revision is not None
 
@@ -166,6 +193,7 @@ def _refresh(child: ChildLedger) -> ChildLedger:
     outcome = child_outcome(child)
     return child.model_copy(
         update={
+            "evidence": evidence_of(child),
             "missing_evidence": missing,
             "evidence_complete": not missing,
             "satisfied": outcome == "satisfied",

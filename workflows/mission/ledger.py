@@ -104,6 +104,24 @@ class ChildAdmission(_LedgerModel):
     reason: str | None = None  # the engine's reason, e.g. "waiting on environment quota prod 1/1"
 
 
+EvidenceSource = Literal["executor", "conductor-verifier", "observation"]
+
+
+class Evidence(_LedgerModel):
+    """One artifact of the child's record and who produced it.
+
+    - executor: the substrate projected it from the child's own task (its `log` and `result`);
+    - conductor-verifier: the conductor ran the child's verifier as a task of its own (`task_id`)
+      and recorded the outcome with an observation, since the real server never produces it;
+    - observation: some other orchestrator's observation wrote it; nothing here vouches for it.
+    """
+
+    kind: ArtifactKind
+    uri: str
+    source: EvidenceSource
+    task_id: str | None = None  # the task the artifact's `sandbox://tasks/<id>/...` URI names
+
+
 class ChildLedger(_LedgerModel):
     """One child: its latest observation, the late ones, its admission and what it counts as."""
 
@@ -125,6 +143,7 @@ class ChildLedger(_LedgerModel):
     # Revisions that arrived after a newer one (or conflicted with the applied one): audit only.
     stale_event_revisions: tuple[int, ...] = ()
     # Derived from the fields above by `workflows.mission.aggregation`.
+    evidence: tuple[Evidence, ...] = ()
     evidence_complete: bool = True
     missing_evidence: tuple[ArtifactKind, ...] = ()
     satisfied: bool = False

@@ -180,6 +180,11 @@ class MissionSpec(_Spec):
                 problems.append(f"{where}: a scheduled-collector needs a `schedule` (cron, e.g. \"*/5 * * * *\")")
             if child.kind != "scheduled-collector" and child.schedule is not None:
                 problems.append(f"{where}: only a scheduled-collector takes a `schedule`")
+            if child.verifier is not None and child.kind != "one-shot-command":
+                problems.append(
+                    f"{where}: only a one-shot-command takes a `verifier` (it checks a finished run; a "
+                    f"{child.kind} never finishes for good): remove it, or check from a one-shot child"
+                )
             if child.policy is not None and child.policy.isolation_kind != child.runtime_kind:
                 problems.append(
                     f"{where}: policy.isolation_kind {child.policy.isolation_kind!r} differs from runtime_kind "

@@ -34,6 +34,7 @@ DISPATCH_TASK = "dispatch_task"
 GET_TASK = "get_task"
 CANCEL_TASK = "cancel_task"
 RECONCILE = "reconcile"
+RUN_VERIFIER = "run_verifier"
 
 WORKLOAD_WORKFLOW = "WorkloadWorkflow"
 
@@ -44,6 +45,7 @@ TaskState = Literal[
 Verdict = Literal["progressing", "satisfied", "failed", "review-required"]
 
 DEFAULT_OUTPUT_CHARS = 64 * 1024
+VERIFIER_GRACE_SECONDS = 30  # past its budget, the executor gets this long to end a verifier itself
 
 
 class _Message(BaseModel):
@@ -133,12 +135,11 @@ class TaskDispatch(_Message):
     """One workload's start message; `message_id` is its idempotency key (same id, same task)."""
 
     message_id: str = Field(min_length=1, max_length=256)
-    child_id: str
+    child_id: str | None = None  # None: a command for no workload record (a verifier)
     kind: WorkloadKind
     prompt: str = Field(min_length=1)
     timeout_seconds: int | None = Field(default=None, ge=1)
     schedule: str | None = None
-    verifier: str | None = None
     context_id: str | None = None
 
 
@@ -164,6 +165,28 @@ class TaskView(_Message):
     artifact_names: list[str] = Field(default_factory=list)
     output: str | None = None
     output_truncated: bool = False
+
+
+class RunVerifier(_Message):
+    """Run a child's verifier on its instance, in the context its task ran in, and wait for it."""
+
+    instance_id: str
+    message_id: str = Field(min_length=1, max_length=256)  # same id, same verifier task
+    context_id: str = Field(min_length=1, max_length=256)
+    command: str = Field(min_length=1)
+    timeout_seconds: int = Field(ge=1)
+    checked_task_id: str  # the child's task the verifier checks (named in the verifier's outcome)
+    poll_interval_seconds: float = Field(default=1.0, gt=0, le=60)
+
+
+class VerifierRun(_Message):
+    """How the verifier ended. `passed` only for a `completed` task (exit status 0)."""
+
+    task_id: str
+    state: TaskState
+    passed: bool
+    status_text: str | None = None
+    status_sha256: str = Field(pattern=r"^[0-9a-f]{64}$")  # of the task's status as read: the evidence's hash
 
 
 class DispatchAndRead(_Message):

@@ -14,6 +14,7 @@ from pydantic import JsonValue
 
 from workflows.contract import (
     REVIEW_REQUIRED_STATES,
+    Artifact,
     TERMINAL_FAILURE_STATES,
     TERMINAL_OBSERVED_STATES,
     Lineage,
@@ -21,9 +22,9 @@ from workflows.contract import (
     WorkloadSpec,
     WorkloadStatus,
 )
-from workflows.ids import dispatch_id, fleet_child_id, idempotency_key  # defined once there (re-exported)
+from workflows.ids import context_id, dispatch_id, fleet_child_id, idempotency_key, verifier_message_id  # defined once there (re-exported)
 from workflows.mission.observation import ChildObservation
-from workflows.workload.messages import TaskDispatch, Verdict, WorkloadInput
+from workflows.workload.messages import RunVerifier, TaskDispatch, Verdict, VerifierRun, WorkloadInput
 
 
 def orchestrator_hints(input: WorkloadInput) -> dict[str, JsonValue]:
@@ -106,11 +107,25 @@ def build_dispatch(input: WorkloadInput) -> TaskDispatch:
         kind=child.kind,
         prompt=child.prompt,
         schedule=child.schedule,
-        verifier=child.verifier,
-        # A persistent agent's session is the A2A context: the executor gives a task a contextId
-        # only when its message carries one (agentic-sandbox-executor handlers/send_message.rs), so
-        # the conductor names it, stably, and binds it to the record as the session.
-        context_id=f"{input.mission_id}:{child.child_id}:session" if child.kind == "persistent-agent" else None,
+        # The executor gives a task a contextId only when its message carries one
+        # (agentic-sandbox-executor handlers/send_message.rs), so the conductor names it, stably:
+        # a persistent agent's session (bound to the record), and the context its verifier runs in.
+        context_id=context_id(input.mission_id, child.child_id) if child.kind == "persistent-agent" or child.verifier else None,
+    )
+
+
+def build_verifier_run(input: WorkloadInput, task_id: str) -> RunVerifier:
+    """The child's verifier, sent as a command for no record in the context its task ran in."""
+    child = input.child
+    assert child.verifier is not None
+    return RunVerifier(
+        instance_id=input.target_id,
+        message_id=verifier_message_id(input.mission_id, child.child_id),
+        context_id=context_id(input.mission_id, child.child_id),
+        command=child.verifier,
+        timeout_seconds=child.budgets.timeout_seconds,
+        checked_task_id=task_id,
+        poll_interval_seconds=input.poll_interval_seconds,
     )
 
 
@@ -123,6 +138,48 @@ def next_status(record: WorkloadRecord, now: datetime, **changes: object) -> Wor
     if record.kind == "daemon" and data.get("health") is None:
         data["health"] = "unknown"
     return WorkloadStatus.model_validate(data)
+
+
+# --- the conductor's verifier ----------------------------------------------------------------
+
+VERIFIER_FAILED = "conductor.verifier_failed"
+
+
+def verifier_evidence_uri(task_id: str) -> str:
+    """Where a verifier's outcome is, as the real server names a task's result (fleet.rs)."""
+    return f"sandbox://tasks/{task_id}/status"
+
+
+def verifier_due(record: WorkloadRecord, input: WorkloadInput) -> bool:
+    """A child with a verifier whose command succeeded is verified once, before it counts.
+
+    Only a one-shot command ends `succeeded` for good: a record the real server still projects
+    (an agent `retained`, a collector `scheduled`) would overwrite the conductor's observation
+    on its next read, so the spec allows a verifier on one-shot commands only."""
+    return (
+        input.child.verifier is not None
+        and record.status.observed_state == "succeeded"
+        and not any(artifact.kind == "verifier" for artifact in record.status.artifacts)
+    )
+
+
+def verified_status(record: WorkloadRecord, run: VerifierRun, now: datetime) -> WorkloadStatus | None:
+    """The record's next status with the verifier's evidence, `failed` if it did not pass; None
+    once that evidence is there (a retried write that landed)."""
+    uri = verifier_evidence_uri(run.task_id)
+    if record.status.observed_state != "succeeded" or any(artifact.uri == uri for artifact in record.status.artifacts):
+        return None  # written already, or no longer the success the verifier checked
+    artifacts = [*record.status.artifacts, Artifact(kind="verifier", uri=uri, sha256=run.status_sha256)]
+    if run.passed:
+        return next_status(record, now, artifacts=artifacts)
+    return next_status(record, now, artifacts=artifacts, observed_state="failed",
+                       exit_classification="failure", error_code=VERIFIER_FAILED)  # fmt: skip
+
+
+def verifier_note(run: VerifierRun, command: str) -> str:
+    shown = command if len(command) <= 80 else command[:77] + "..."
+    outcome = "passed" if run.passed else f"did not pass ({run.state}: {run.status_text or 'no detail'})"
+    return f"verifier `{shown}` (task {run.task_id}, run by the conductor) {outcome}"
 
 
 # --- lifecycle ------------------------------------------------------------------------------

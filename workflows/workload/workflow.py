@@ -56,6 +56,8 @@ with workflow.unsafe.imports_passed_through():
         GET_TASK,
         GET_WORKLOAD,
         OBSERVE_WORKLOAD,
+        RUN_VERIFIER,
+        VERIFIER_GRACE_SECONDS,
         WATCH_WORKLOAD,
         WORKLOAD_WORKFLOW,
         AdmitAndDispatch,
@@ -67,6 +69,7 @@ with workflow.unsafe.imports_passed_through():
         RuntimeIdentityUpdate,
         TaskRef,
         TaskView,
+        VerifierRun,
         WatchWorkload,
         WorkloadCarry,
         WorkloadInput,
@@ -75,6 +78,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from workflows.workload.record import (
         build_dispatch,
+        build_verifier_run,
         fleet_child_id,
         build_record,
         finished,
@@ -83,6 +87,9 @@ with workflow.unsafe.imports_passed_through():
         observation_of,
         result_artifact_sha256,
         verdict,
+        verified_status,
+        verifier_due,
+        verifier_note,
     )
 
 T = TypeVar("T")
@@ -325,6 +332,8 @@ class WorkloadWorkflow:
     async def _follow(self, record: WorkloadRecord) -> WorkloadRecord:
         by_signal = self._input.report_to_mission_by_signal
         while True:
+            if verifier_due(record, self._input):
+                record = await self._verify(record)
             if by_signal and record.status.revision <= self._reported:
                 await self._signal_parent(ALIVE_SIGNAL, self._child_id)  # a quiet watch: show we are here
             await self._report(record, in_result=finished(record) and not by_signal)
@@ -359,6 +368,29 @@ class WorkloadWorkflow:
             retry_policy=CALL_RETRY,
             summary=f"watch {self._child_id} after revision {after_revision}",
         )
+
+    async def _verify(self, record: WorkloadRecord) -> WorkloadRecord:
+        """Run the child's verifier and record its outcome on the record as `verifier` evidence
+        (the real server never produces that kind): `failed` if it did not pass."""
+        child = self._input.child
+        task_id = record.lineage.task_id or self._task_id
+        assert task_id is not None and child.verifier is not None  # a succeeded record ran a task
+        run = await workflow.execute_activity(
+            RUN_VERIFIER,
+            build_verifier_run(self._input, task_id),
+            result_type=VerifierRun,
+            start_to_close_timeout=timedelta(seconds=child.budgets.timeout_seconds + VERIFIER_GRACE_SECONDS) + CALL_TIMEOUT,
+            heartbeat_timeout=timedelta(seconds=max(10.0, 5 * self._input.poll_interval_seconds)),
+            retry_policy=CALL_RETRY,
+            summary=f"verify {self._child_id}: {child.verifier[:60]}",
+        )
+        self._note = verifier_note(run, child.verifier)
+
+        def change(current: WorkloadRecord) -> Change:
+            status = verified_status(current, run, workflow.now())
+            return None if status is None else (status, None)
+
+        return await self._compare_and_swap(record, change)
 
     def _history_is_long(self) -> bool:
         info = workflow.info()
