@@ -346,12 +346,17 @@ class FleetActivities:
         until the task ends or that time is up: a one-shot command that takes a moment then ends
         inside this call, instead of costing the workflow a watch activity and two more tasks.
         """
+        return await self._dispatch_and_read(request)
+
+    async def _dispatch_and_read(self, request: DispatchAndRead, admitted: WorkloadRecord | None = None) -> Dispatched:
+        """`dispatch_and_read`; `admitted` is the record as admission just answered it, which the
+        send does not change (the executor never writes a record): the binding can start from it."""
         fleet, _ = self._clients()
         task = await self.dispatch_task(request.dispatch)
         if task.state == "rejected":
             # Read back all the same: another dispatch may have bound the record meanwhile.
             return Dispatched(task=task, record=await self._call(GET_WORKLOAD, lambda: fleet.get(request.child_id)))
-        await self._call(OBSERVE_WORKLOAD, lambda: self._bind(request.child_id, task))
+        await self._call(OBSERVE_WORKLOAD, lambda: self._bind(request.child_id, task, admitted))
         # Read it back: the read projects the task's state into the bound record.
         record = await self._call(GET_WORKLOAD, lambda: fleet.get(request.child_id))
         loop = asyncio.get_running_loop()
@@ -368,14 +373,16 @@ class FleetActivities:
         )
         return Dispatched(task=task, record=record, output=ended)
 
-    async def _bind(self, child_id: str, task: TaskView) -> WorkloadRecord:
+    async def _bind(self, child_id: str, task: TaskView, known: WorkloadRecord | None = None) -> WorkloadRecord:
         """Bind `task` (and a persistent agent's session) to the record with a compare-and-swap
         observation, as the real server wants of its orchestrator; the record as it then is.
 
-        Nothing is written when the record already names this task (a retry whose binding landed),
-        names another one (the workflow decides about that), or has ended."""
+        Starts from `known` when given (a stale one costs a 409 and a read, as any race does),
+        else reads the record. Nothing is written when the record already names this task (a
+        retry whose binding landed), names another one (the workflow decides about that), or has
+        ended."""
         fleet, _ = self._clients()
-        record = await fleet.get(child_id)
+        record = known if known is not None else await fleet.get(child_id)
         for _ in range(MAX_BIND_ATTEMPTS):
             if record.lineage.task_id is not None or finished(record):
                 return record
@@ -405,7 +412,7 @@ class FleetActivities:
         if admitted.record.lineage.task_id is not None or finished(admitted.record):
             return AdmittedAndDispatched(admitted=admitted)
         try:
-            dispatched = await self.dispatch_and_read(request.dispatch)
+            dispatched = await self._dispatch_and_read(request.dispatch, admitted.record)
         except ApplicationError as error:
             if not error.non_retryable:
                 raise
