@@ -97,7 +97,7 @@ from workflows.workload.messages import (
     WatchWorkload,
     WorkloadRef,
 )
-from workflows.workload.record import finished, next_status, result_artifact_sha256
+from workflows.workload.record import finished, next_status, output_version
 
 R = TypeVar("R")
 
@@ -366,7 +366,7 @@ class FleetActivities:
             await asyncio.sleep(pause)
             pause *= 2
             record = await self._call(GET_WORKLOAD, lambda: fleet.get(request.child_id))
-        if result_artifact_sha256(record) is None:
+        if output_version(record) is None:
             return Dispatched(task=task, record=record)
         ended = await self.get_task(
             TaskRef(instance_id=request.dispatch.instance_id, task_id=task.task_id, max_output_chars=request.max_output_chars)

@@ -188,7 +188,7 @@ async def mixed_mission(client: Client, control: MissionControl) -> None:
         "children": [
             {"child_id": "report", "kind": "one-shot-command", "prompt": "echo report", "required_evidence": ["result"]},
             {"child_id": "slow", "kind": "one-shot-command", "prompt": "sleep 2; echo slow"},
-            {"child_id": "failing", "kind": "one-shot-command", "prompt": "exit 2"},
+            {"child_id": "failing", "kind": "one-shot-command", "prompt": "echo giving up; exit 2"},
             {"child_id": "api", "kind": "daemon", "prompt": "sleep 300"},
             {"child_id": "agent", "kind": "persistent-agent", "prompt": "sleep 300"},
         ],

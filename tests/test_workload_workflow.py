@@ -207,7 +207,7 @@ async def test_a_failing_command_ends_failed_through_the_worker_built_from_the_e
     monkeypatch.setenv("CONDUCTOR_TASK_QUEUE", f"built-{uuid.uuid4().hex[:8]}")
     config = WorkerConfig.from_env()
     assert config.fleet_url == config.executor_url == substrate.base_url
-    input = workload(child("echo oops >&2; exit 3"))
+    input = workload(child("echo partial; echo oops >&2; exit 3"))
     async with build_worker(dev_env.client, config, workflow_failure_exception_types=[Exception]):
         handle = await start(dev_env.client, config.task_queue, input)
         result = await failed_result(handle)
@@ -218,6 +218,7 @@ async def test_a_failing_command_ends_failed_through_the_worker_built_from_the_e
     # the fleet's, the exit status is in the task's status and its stderr in a `log` artifact.
     assert final.error_code == "fleet.task_failed"
     assert "log" in {artifact.kind for artifact in final.artifacts}
+    assert final.output == "partial\n"  # what it wrote before failing reaches the ledger, from its logs
 
 
 async def test_a_daemon_is_followed_until_cancelled_then_its_process_is_gone(

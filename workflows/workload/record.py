@@ -222,11 +222,16 @@ def missing_evidence(record: WorkloadRecord, required: list[str]) -> list[str]:
     return [kind for kind in required if kind not in present]
 
 
-def result_artifact_sha256(record: WorkloadRecord) -> str | None:
-    for artifact in record.status.artifacts:
+def output_version(record: WorkloadRecord) -> str | None:
+    """Which output the record's artifacts promise, as a hash to read it once per version: the
+    `result`'s once the task completed; once a record without one has ended (a failed command),
+    its last `log`'s, since its stdout is in its logs; None while there is nothing to read."""
+    artifacts = record.status.artifacts
+    for artifact in artifacts:
         if artifact.kind == "result":
             return artifact.sha256
-    return None
+    logs = [artifact.sha256 for artifact in artifacts if artifact.kind == "log"]
+    return logs[-1] if logs and finished(record) else None
 
 
 def observation_of(

@@ -85,7 +85,7 @@ with workflow.unsafe.imports_passed_through():
         missing_evidence,
         next_status,
         observation_of,
-        result_artifact_sha256,
+        output_version,
         verdict,
         verified_status,
         verifier_due,
@@ -258,7 +258,7 @@ class WorkloadWorkflow:
             return record
         self._task_id = task.task_id
         if dispatched.output is not None:
-            self._output, self._output_sha256 = dispatched.output.output, result_artifact_sha256(record)
+            self._output, self._output_sha256 = dispatched.output.output, output_version(record)
         return await self._bind(record, task)
 
     async def _bind(self, record: WorkloadRecord, task: TaskView) -> WorkloadRecord:
@@ -413,7 +413,7 @@ class WorkloadWorkflow:
             return
         self._reported = record.status.revision
         task_id = record.lineage.task_id or self._task_id
-        sha256 = result_artifact_sha256(record)
+        sha256 = output_version(record)
         if sha256 is not None and sha256 != self._output_sha256 and task_id is not None:
             ref = TaskRef(instance_id=self._input.target_id, task_id=task_id, max_output_chars=self._input.max_output_chars)
             view = await self._call(GET_TASK, ref, TaskView)
