@@ -7,6 +7,7 @@ from typing import Any
 from temporalio.client import Client
 from temporalio.common import VersioningBehavior, WorkerDeploymentVersion
 from temporalio.worker import Worker, WorkerDeploymentConfig
+from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 from activities.admission import AdmissionActivities
 from activities.audit_store import AuditActivities
@@ -70,6 +71,19 @@ def deployment_config(config: WorkerConfig) -> WorkerDeploymentConfig | None:
     )
 
 
+# Every module under `workflows/` is deterministic and side-effect free (CONTRIBUTING.md; checked
+# by tests/test_workflow_determinism.py), so the worker passes the whole package through the
+# sandbox instead of re-importing the workflow modules for every workflow run. That re-import
+# (the sandbox's importer, `workflow.defn` on every run) was 30% of the worker's CPU in a
+# 100-child fan-out (bench/mission_fanout.py with py-spy). What it gives up, the sandbox's
+# runtime refusal of a call such as `datetime.now()` inside a workflow module, stays in force
+# where it guards releases: the replay of every recorded history (tests/test_replay.py) and
+# `conductor replay` run the workflows under the SDK's default, strict sandbox.
+PRODUCTION_WORKFLOW_RUNNER = SandboxedWorkflowRunner(
+    restrictions=SandboxRestrictions.default.with_passthrough_modules("workflows")
+)
+
+
 def build_worker(
     client: Client,
     config: WorkerConfig,
@@ -88,6 +102,7 @@ def build_worker(
     versioning = deployment_config(config)
     if versioning is not None:
         worker_options.setdefault("deployment_config", versioning)
+    worker_options.setdefault("workflow_runner", PRODUCTION_WORKFLOW_RUNNER)
     return ConductorWorker(
         client,
         owned_fleet=owned_fleet,
