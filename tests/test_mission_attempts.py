@@ -1,0 +1,197 @@
+"""Attempts end to end (issue 14): dev server, workers, real HTTP to the local substrate.
+
+A displaced child is stopped, waits queued and succeeds as attempt 2; a child whose lease
+expired while its mission's worker was down is requeued by the engine and completes as its
+next attempt; two gang missions share one host group without deadlock; two orchestrators
+flooding one host group share it by their fair-share weights.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections import Counter
+
+from temporalio.client import Client
+from temporalio.service import RPCError
+
+from activities.admission import set_policy_with_start
+from tests.mission_harness import POLICY, mission_harness, process_alive
+from tests.substrate_fixtures import substrate, substrate_tasks  # noqa: F401  (fixture)
+from worker.mission_control import parse_spec
+from workflows.admission.messages import LeaseRow, PolicyChange, admission_workflow_id
+from workflows.admission.model import LANE_OVERRIDE_POLICY, AuditEvent, FairShare, PriorityAdmission
+from workflows.ids import admission_request_id, fleet_child_id, workload_workflow_id
+
+
+def one_shot(child_id: str, prompt: str, **fields: object) -> dict:
+    return {"child_id": child_id, "kind": "one-shot-command", "prompt": prompt, **fields}
+
+
+async def _audit(client: Client, host_group: str) -> list[AuditEvent]:
+    handle = client.get_workflow_handle(admission_workflow_id(host_group))
+    return await handle.query("audit", 1000, result_type=list[AuditEvent])
+
+
+async def _leases(client: Client, host_group: str) -> list[LeaseRow]:
+    handle = client.get_workflow_handle(admission_workflow_id(host_group))
+    try:
+        return await handle.query("leases", result_type=list[LeaseRow])
+    except RPCError:  # not started yet: the first submission starts it
+        return []
+
+
+async def test_a_displaced_child_is_stopped_waits_queued_and_succeeds_as_attempt_2(dev_client: Client, substrate, tmp_path):
+    policy = POLICY.model_copy(update={
+        "lane_wip_limits": {"deploy": 1}, "priority_admission": PriorityAdmission(enabled=True),
+    })
+    async with mission_harness(dev_client, substrate, tmp_path, policy=policy) as h:
+        low = parse_spec(h.spec("low", [one_shot("job", "sleep 3; echo low-done", lane="deploy", priority_class="P3")]))
+        await h.control.start(low)
+
+        async def running() -> bool:
+            child = (await h.control.show(low.mission_id)).child("job")
+            return child.lineage is not None and child.lineage.task_id is not None and child.observed_state == "running"
+
+        await h.until(running, "the low-priority child running")
+        first_task = substrate_tasks(substrate, fleet_child_id(low.mission_id, "job"))[0]
+        urgent = parse_spec(h.spec("urgent", [one_shot("fix", "sleep 2; echo urgent-done", lane="deploy", priority_class="P0")]))
+        await h.control.start(urgent)
+
+        async def displaced_and_queued():
+            ledger = await h.control.show(low.mission_id)
+            child = ledger.child("job")
+            return child if child.attempt == 2 and child.admission.state == "queued" else None
+
+        waiting = await h.until(displaced_and_queued, "the displaced child back in the queue as attempt 2")
+        assert waiting.observed_state == "blocked" and waiting.outcome == "pending"  # never a failure
+        assert not process_alive(first_task["pid"]), "a displaced attempt kept running without a lease"
+        urgent_ledger = await h.control.handle(urgent.mission_id).result()
+        assert urgent_ledger.parent_state == "completed"
+
+        final = await asyncio.wait_for(h.control.handle(low.mission_id).result(), timeout=60)
+        assert final.parent_state == "completed", final.aggregation.reason
+        job = final.child("job")
+        assert job.attempt == 2 and job.output.strip() == "low-done"
+        first, second = job.attempts
+        assert first.attempt == 1 and first.retried and not first.counts_against_budget
+        assert first.interrupted_by == admission_request_id(urgent.mission_id, "fix")
+        assert first.policy == LANE_OVERRIDE_POLICY and "displaced by" in first.ended
+        assert first.fleet_child_id == fleet_child_id(low.mission_id, "job")
+        assert second.fleet_child_id == fleet_child_id(low.mission_id, "job", 2) == job.lineage.child_id
+        assert second.observed_state == "succeeded" and not second.retried
+        assert second.request_id == first.request_id  # the same request, admitted again
+        # Each attempt had a task of its own: the first stopped, the second completed.
+        assert [t["state"] for t in substrate_tasks(substrate, first.fleet_child_id)] in (["canceled"], ["cancelled"])
+        assert [t["state"] for t in substrate_tasks(substrate, second.fleet_child_id)] == ["completed"]
+        assert second.task_id not in (None, first.task_id)
+        described = await dev_client.get_workflow_handle(workload_workflow_id(low.mission_id, "job", 2)).describe()
+        assert described.id.endswith(":job:attempt-2")
+
+
+async def test_a_lease_that_expired_while_the_worker_was_down_is_requeued_and_the_child_completes(
+    dev_client: Client, substrate, tmp_path
+):
+    """The admission workflow runs on a worker of its own; the mission's worker is down past the
+    lease TTL. The engine requeues the request (ADR-004) and admits it again; the mission, back,
+    stops the attempt that ran without its lease and runs the child again as attempt 2."""
+    policy = POLICY.model_copy(update={"lease_ttl_seconds": 3, "max_requeue_attempts": 20})
+    suffix = uuid.uuid4().hex[:8]
+    host_group = f"hg-{suffix}"
+    async with mission_harness(dev_client, substrate, tmp_path / "admission", policy=policy) as admission_side:
+        await set_policy_with_start(
+            dev_client, admission_side.config.task_queue, host_group, PolicyChange(operator="tests", policy=policy),
+            search_attributes=False,
+        )
+        async with mission_harness(dev_client, substrate, tmp_path / "mission", policy=policy, suffix=suffix) as h:
+            spec = parse_spec(h.spec("requeue", [one_shot(
+                "job", "sleep 6; echo finished", budgets={"max_attempts": 2, "timeout_seconds": 60},
+            )]))
+            await h.control.start(spec)
+
+            async def running() -> bool:
+                child = (await h.control.show(spec.mission_id)).child("job")
+                return child.lineage is not None and child.lineage.task_id is not None
+
+            await h.until(running, "the child running")
+        first_task = substrate_tasks(substrate, fleet_child_id(spec.mission_id, "job"))[0]
+
+        async def requeued() -> bool:
+            return any(e.type == "requeued" for e in await _audit(dev_client, host_group))
+
+        await admission_side.until(requeued, "the engine requeueing the expired lease", within=30)
+        async with mission_harness(dev_client, substrate, tmp_path / "mission", policy=policy, suffix=suffix) as h:
+            final = await asyncio.wait_for(h.control.handle(spec.mission_id).result(), timeout=90)
+        assert final.parent_state == "completed", final.aggregation.reason
+        job = final.child("job")
+        assert job.attempt == 2 and job.output.strip() == "finished"
+        first, second = job.attempts
+        assert first.retried and first.counts_against_budget and "lease expired" in first.ended
+        assert second.observed_state == "succeeded"
+        assert not process_alive(first_task["pid"])
+        assert [t["state"] for t in substrate_tasks(substrate, fleet_child_id(spec.mission_id, "job", 2))] == ["completed"]
+        events = await _audit(dev_client, host_group)
+        assert any(e.type == "requeued" and "lease expired; requeued (attempt 1/20)" in e.reason for e in events)
+
+
+async def test_two_gang_missions_competing_for_one_host_group_both_complete(dev_client: Client, substrate, tmp_path):
+    """Room for two children at a time; each mission is a gang of two. Without gangs each could
+    hold one place and wait for the other forever; with them one gang runs, then the other."""
+    policy = POLICY.model_copy(update={"max_concurrent": 2, "runtime_quotas": {"host": 2}})
+    async with mission_harness(dev_client, substrate, tmp_path, policy=policy) as h:
+        specs = [
+            parse_spec(h.spec(f"gang-{name}", [one_shot("a", "sleep 2; echo a"), one_shot("b", "sleep 2; echo b")],
+                              admission={"mode": "gang"}, require_distinct_targets=False))
+            for name in ("one", "two")
+        ]
+        for spec in specs:
+            await h.control.start(spec)
+        finals = await asyncio.wait_for(
+            asyncio.gather(*(h.control.handle(spec.mission_id).result() for spec in specs)), timeout=60,
+        )
+        assert [final.parent_state for final in finals] == ["completed", "completed"]
+        admitted = [e for e in await _audit(dev_client, spec.host_group) if e.type == "admitted"]
+        # Each gang's members are admitted together, in one step, and one gang after the other.
+        by_mission = [[e for e in admitted if e.request_id.startswith(f"{spec.mission_id}:")] for spec in specs]
+        assert [len(events) for events in by_mission] == [2, 2]
+        for events in by_mission:
+            assert len({e.at for e in events}) == 1
+        first, second = sorted(by_mission, key=lambda events: events[0].seq)
+        assert second[0].at > first[0].at
+
+
+async def test_two_orchestrators_flooding_one_host_group_share_it_by_weight_within_one_lease(
+    dev_client: Client, substrate, tmp_path
+):
+    """Three places, weights 2 and 1. The heavy orchestrator floods first and takes all three;
+    when they end, within the first lease, the places go two to one."""
+    policy = POLICY.model_copy(update={
+        "max_concurrent": 3, "runtime_quotas": {"host": 3},
+        "fair_share": FairShare(weights={"heavy": 2, "light": 1}),
+    })
+    async with mission_harness(dev_client, substrate, tmp_path, policy=policy) as h:
+        flood = [one_shot(f"c{i}", "sleep 2; echo done") for i in range(6)]
+        heavy = parse_spec(h.spec("heavy", flood, orchestrator_id="heavy", require_distinct_targets=False))
+        light = parse_spec(h.spec("light", flood, orchestrator_id="light", require_distinct_targets=False))
+        await h.control.start(heavy)
+
+        async def heavy_holds_all():
+            return len(await _leases(dev_client, heavy.host_group)) == 3
+
+        await h.until(heavy_holds_all, "the first orchestrator holding every place")
+        await h.control.start(light)
+
+        async def shares():
+            held = Counter(row.request_id.split(":")[0].split("-")[0] for row in await _leases(dev_client, heavy.host_group))
+            return held if held == Counter({"heavy": 2, "light": 1}) else None
+
+        await h.until(shares, "the places shared two to one", within=policy.lease_ttl_seconds)
+        finals = await asyncio.wait_for(
+            asyncio.gather(h.control.handle(heavy.mission_id).result(), h.control.handle(light.mission_id).result()),
+            timeout=90,
+        )
+        assert [final.parent_state for final in finals] == ["completed", "completed"]
+        # The light orchestrator's requests were the younger ones, yet the first place to free up
+        # went to it: it was furthest below its weighted share (FIFO would have served heavy first).
+        admitted = [e.request_id for e in await _audit(dev_client, heavy.host_group) if e.type == "admitted"]
+        assert admitted[3].startswith(f"{light.mission_id}:"), admitted
