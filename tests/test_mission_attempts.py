@@ -195,3 +195,33 @@ async def test_two_orchestrators_flooding_one_host_group_share_it_by_weight_with
         # went to it: it was furthest below its weighted share (FIFO would have served heavy first).
         admitted = [e.request_id for e in await _audit(dev_client, heavy.host_group) if e.type == "admitted"]
         assert admitted[3].startswith(f"{light.mission_id}:"), admitted
+
+
+async def test_a_preempted_child_is_admitted_again_under_a_new_request_without_costing_its_budget(
+    dev_client: Client, substrate, tmp_path
+):
+    policy = POLICY.model_copy(update={"max_concurrent": 1, "runtime_quotas": {"host": 1}, "allow_preemption": True})
+    async with mission_harness(dev_client, substrate, tmp_path, policy=policy) as h:
+        victim = parse_spec(h.spec("victim", [one_shot("job", "sleep 3; echo victim-done", preemptible=True)]))
+        await h.control.start(victim)
+
+        async def running() -> bool:
+            child = (await h.control.show(victim.mission_id)).child("job")
+            return child.lineage is not None and child.lineage.task_id is not None
+
+        await h.until(running, "the preemptible child running")
+        first_task = substrate_tasks(substrate, fleet_child_id(victim.mission_id, "job"))[0]
+        urgent = parse_spec(h.spec("urgent", [one_shot("fix", "sleep 1; echo urgent-done", priority=9)]))
+        await h.control.start(urgent)
+        assert (await h.control.handle(urgent.mission_id).result()).parent_state == "completed"
+        final = await asyncio.wait_for(h.control.handle(victim.mission_id).result(), timeout=60)
+        assert final.parent_state == "completed", final.aggregation.reason
+        job = final.child("job")
+        assert job.attempt == 2 and job.output.strip() == "victim-done"
+        first, second = job.attempts
+        assert first.request_id == admission_request_id(victim.mission_id, "job")
+        assert second.request_id == admission_request_id(victim.mission_id, "job", 2) == job.admission.request_id
+        assert first.retried and not first.counts_against_budget  # budget 1, and still tried again
+        assert first.interrupted_by == admission_request_id(urgent.mission_id, "fix") and "preempted by" in first.ended
+        assert not process_alive(first_task["pid"])
+        assert await h.admission_leases(victim.host_group) == []
