@@ -260,6 +260,11 @@ class MissionWorkflow:
             for child in (self._child_specs[child_id] for child_id in child_ids)
         ]
 
+    def _gang_still_stopping(self) -> bool:
+        """A gang is preempted whole and admitted again whole: its new requests go together, once
+        every member's preempted attempt has ended."""
+        return self._spec.admission.mode == "gang" and any(stop.kind == "preempted" for stop in self._stops.values())
+
     async def _submit_again(self) -> None:
         """Preempted children go back to admission as new requests (their old ones have ended)."""
         child_ids = sorted(self._resubmit)
@@ -395,7 +400,7 @@ class MissionWorkflow:
         self._withdraw.clear()
         if lost or withdraw:
             await self._cancel_children(lost + withdraw, why="admission lease lost")
-        if self._resubmit and not self._stop_requested:
+        if self._resubmit and not self._stop_requested and not self._gang_still_stopping():
             await self._submit_again()
         await self._start_admitted()
         await self._release_ended()
