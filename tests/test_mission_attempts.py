@@ -16,11 +16,14 @@ from temporalio.client import Client
 from temporalio.service import RPCError
 
 from activities.admission import set_policy_with_start
+from activities.sandbox_client import FleetClient, StaleRevision
 from tests.mission_harness import POLICY, mission_harness, process_alive
 from tests.substrate_fixtures import substrate, substrate_tasks  # noqa: F401  (fixture)
+from tests.substrate_support import FLEET_TOKEN
 from worker.mission_control import parse_spec
 from workflows.admission.messages import LeaseRow, PolicyChange, admission_workflow_id
 from workflows.admission.model import LANE_OVERRIDE_POLICY, AuditEvent, FairShare, PriorityAdmission
+from workflows.contract import Backpressure
 from workflows.ids import admission_request_id, fleet_child_id, workload_workflow_id
 
 
@@ -225,3 +228,44 @@ async def test_a_preempted_child_is_admitted_again_under_a_new_request_without_c
         assert first.interrupted_by == admission_request_id(urgent.mission_id, "fix") and "preempted by" in first.ended
         assert not process_alive(first_task["pid"])
         assert await h.admission_leases(victim.host_group) == []
+
+
+async def test_an_executor_refusal_that_says_it_is_retryable_is_tried_again_within_the_budget(
+    dev_client: Client, substrate, tmp_path
+):
+    """The executor reports the running attempt refused for now (its record `failed` with
+    backpressure `retryable`, written through the fleet API as an executor would); the mission
+    runs the child again as attempt 2, which costs the budget of 2, and a second such refusal
+    would end it."""
+    async with mission_harness(dev_client, substrate, tmp_path) as h:
+        spec = parse_spec(h.spec("refused", [one_shot(
+            "job", "sleep 2; echo done", budgets={"max_attempts": 2, "timeout_seconds": 60},
+        )]))
+        await h.control.start(spec)
+
+        async def running() -> bool:
+            child = (await h.control.show(spec.mission_id)).child("job")
+            return child.lineage is not None and child.lineage.task_id is not None
+
+        await h.until(running, "the child running")
+        async with FleetClient(substrate.base_url, FLEET_TOKEN) as fleet:
+            for _ in range(10):
+                record = await fleet.get(fleet_child_id(spec.mission_id, "job"))
+                status = record.status.model_copy(update={
+                    "observed_state": "failed", "revision": record.status.revision + 1,
+                    "exit_classification": "failure", "error_code": "executor.busy",
+                    "backpressure": Backpressure(reason="capacity", retryable=True),
+                })
+                try:
+                    await fleet.observe(record.lineage.child_id, record.status.revision, status)
+                    break
+                except StaleRevision:
+                    continue
+        final = await asyncio.wait_for(h.control.handle(spec.mission_id).result(), timeout=60)
+        assert final.parent_state == "completed", final.aggregation.reason
+        job = final.child("job")
+        assert job.attempt == 2 and job.output.strip() == "done"
+        first, second = job.attempts
+        assert first.retried and first.counts_against_budget and first.error_code == "executor.busy"
+        assert "said a retry may succeed" in first.ended and "1/2 used" in first.ended
+        assert second.observed_state == "succeeded"

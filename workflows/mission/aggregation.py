@@ -71,6 +71,7 @@ from workflows.mission.ledger import (
     ReviewDecision,
     VerdictState,
 )
+from workflows.mission.attempts import judge
 from workflows.mission.observation import ChildObservation
 from workflows.mission.spec import MissionSpec, Quorum
 from workflows.workload.record import fleet_child_id
@@ -276,7 +277,7 @@ def apply_observation(ledger: MissionLedger, spec: MissionSpec, obs: ChildObserv
         }
     ))
     if child.revision is None or obs.revision > child.revision:
-        updated = _observe_attempt(observed, obs)
+        updated = _awaiting_retry(_observe_attempt(observed, obs), spec)
     elif obs.revision == child.revision and all(getattr(child, f) == getattr(observed, f) for f in (*_OBSERVED_FIELDS, "artifacts")):
         return ledger  # redelivered: nothing new
     else:
@@ -331,6 +332,24 @@ def _observe_attempt(child: ChildLedger, obs: ChildObservation) -> ChildLedger:
             attempts[index] = attempt.model_copy(update=update)
             return child.model_copy(update={"attempts": tuple(attempts)})
     return child
+
+
+def _awaiting_retry(child: ChildLedger, spec: MissionSpec) -> ChildLedger:
+    """An attempt that ended in a way the retry rules try again (an executor refusal that says a
+    retry may succeed, with budget left) does not judge the child: the mission runs the next
+    attempt (`close_attempt`), so until then the child stays pending, never failed for a moment."""
+    if child.stopping is not None or not child.attempts or child.observed_state not in TERMINAL_OBSERVED_STATES:
+        return child
+    backpressure = child.backpressure
+    judged = judge(
+        None,
+        observed_state=child.observed_state,
+        retryable_refusal=backpressure is not None and backpressure.retryable,
+        attempt=child.attempt,
+        counted=sum(1 for a in child.attempts if a.attempt < child.attempt and a.counts_against_budget),
+        max_attempts=next(c.budgets.max_attempts for c in spec.children if c.child_id == child.child_id),
+    )
+    return child.model_copy(update={"stopping": judged.why}) if judged.retry else child
 
 
 def start_attempt(

@@ -558,13 +558,13 @@ class MissionWorkflow:
             max_attempts=self._child_specs[child_id].budgets.max_attempts,
         )
         if closing or not judgement.retry:
-            if stop is not None:
+            if stop is not None or child.stopping is not None:
                 self._ledger = aggregation.close_attempt(
                     self._ledger, child_id, why=judgement.why, retry=False, counts=judgement.counts,
-                    interrupted_by=stop.interrupted_by, policy=stop.policy,
-                    lease_timeout=not closing and stop.kind not in TAKEN_AWAY,
+                    interrupted_by=stop.interrupted_by if stop else None, policy=stop.policy if stop else None,
+                    lease_timeout=stop is not None and not closing and stop.kind not in TAKEN_AWAY,
                 )
-                if not closing and self._admission.state_of(self._request_id(child_id)) in ("queued", "admitted"):
+                if stop is not None and not closing and self._admission.state_of(self._request_id(child_id)) in ("queued", "admitted"):
                     # Its request lives on (requeued): withdraw it, so that it is never admitted again.
                     self._started.discard(child_id)
                     self._withdraw.add(child_id)
