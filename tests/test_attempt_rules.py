@@ -31,6 +31,7 @@ from workflows.mission.attempts import AttemptStop, judge
 from workflows.mission.ledger import ChildAdmission
 from workflows.mission.observation import ChildObservation
 from workflows.mission.spec import MissionSpec
+from worker.ledger_view import render_ledger
 
 T0 = datetime(2026, 12, 1, 12, 0, tzinfo=timezone.utc)
 REQUEUED = AttemptStop(kind="requeued", reason="lease expired; requeued by the admission engine")
@@ -151,3 +152,18 @@ def test_a_lease_timeout_without_budget_left_ends_the_child_timed_out():
     assert (child.observed_state, child.error_code, child.outcome) == ("timed-out", "admission.lease_expired", "failed")
     assert ledger.parent_state == "failed" and "timed out" in ledger.verdict_reason
     assert child.attempts[0].ended.endswith("retry budget exhausted (2/2 attempts)") and not child.attempts[0].retried
+
+
+def test_a_refusal_that_will_be_retried_keeps_the_child_pending_and_the_last_one_fails_it():
+    busy = {"exit_classification": "failure", "error_code": "executor.busy",
+            "backpressure": Backpressure(reason="capacity", retryable=True)}
+    ledger = apply_observation(_running_attempt_1(), SPEC, _observed(3, "failed", **busy))
+    child = ledger.child("c")
+    assert child.outcome == "pending" and ledger.parent_state == "running" and "retry may succeed" in child.stopping
+    ledger = close_attempt(ledger, "c", why=child.stopping, retry=True)
+    ledger = apply_admission(ledger, "c", ChildAdmission(request_id="m:c", state="admitted", lease_revision=1, revision=2))
+    ledger = start_attempt(ledger, "c", attempt=2, request_id="m:c", lease_revision=1)
+    ledger = apply_observation(ledger, SPEC, _observed(3, "failed", attempt=2, **busy))  # the budget of 2 is spent
+    assert ledger.child("c").outcome == "failed" and ledger.parent_state == "failed"
+    shown = render_ledger(ledger)
+    assert "attempt 1: the executor refused it" in shown and "attempt 2" in shown

@@ -12,6 +12,7 @@ import asyncio
 import uuid
 from collections import Counter
 
+import pytest
 from temporalio.client import Client
 from temporalio.service import RPCError
 
@@ -92,12 +93,14 @@ async def test_a_displaced_child_is_stopped_waits_queued_and_succeeds_as_attempt
         assert described.id.endswith(":job:attempt-2")
 
 
+@pytest.mark.parametrize("budget", [2, 1])
 async def test_a_lease_that_expired_while_the_worker_was_down_is_requeued_and_the_child_completes(
-    dev_client: Client, substrate, tmp_path
+    dev_client: Client, substrate, tmp_path, budget
 ):
     """The admission workflow runs on a worker of its own; the mission's worker is down past the
     lease TTL. The engine requeues the request (ADR-004) and admits it again; the mission, back,
-    stops the attempt that ran without its lease and runs the child again as attempt 2."""
+    stops the attempt that ran without its lease and runs the child again as attempt 2. With a
+    budget of one attempt it withdraws the request instead, and the child ends timed-out."""
     policy = POLICY.model_copy(update={"lease_ttl_seconds": 3, "max_requeue_attempts": 20})
     suffix = uuid.uuid4().hex[:8]
     host_group = f"hg-{suffix}"
@@ -108,7 +111,7 @@ async def test_a_lease_that_expired_while_the_worker_was_down_is_requeued_and_th
         )
         async with mission_harness(dev_client, substrate, tmp_path / "mission", policy=policy, suffix=suffix) as h:
             spec = parse_spec(h.spec("requeue", [one_shot(
-                "job", "sleep 6; echo finished", budgets={"max_attempts": 2, "timeout_seconds": 60},
+                "job", "sleep 6; echo finished", budgets={"max_attempts": budget, "timeout_seconds": 60},
             )]))
             await h.control.start(spec)
 
@@ -125,6 +128,16 @@ async def test_a_lease_that_expired_while_the_worker_was_down_is_requeued_and_th
         await admission_side.until(requeued, "the engine requeueing the expired lease", within=30)
         async with mission_harness(dev_client, substrate, tmp_path / "mission", policy=policy, suffix=suffix) as h:
             final = await asyncio.wait_for(h.control.handle(spec.mission_id).result(), timeout=90)
+        assert not process_alive(first_task["pid"])
+        if budget == 1:
+            job = final.child("job")
+            assert final.parent_state == "failed" and job.attempt == 1
+            assert (job.observed_state, job.error_code) == ("timed-out", "admission.lease_expired")
+            (only,) = job.attempts
+            assert not only.retried and "retry budget exhausted (1/1 attempts)" in only.ended
+            assert await _leases(dev_client, host_group) == []
+            assert len(substrate_tasks(substrate, fleet_child_id(spec.mission_id, "job", 2))) == 0
+            return
         assert final.parent_state == "completed", final.aggregation.reason
         job = final.child("job")
         assert job.attempt == 2 and job.output.strip() == "finished"
