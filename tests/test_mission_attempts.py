@@ -243,16 +243,18 @@ async def test_a_preempted_child_is_admitted_again_under_a_new_request_without_c
         assert await h.admission_leases(victim.host_group) == []
 
 
+@pytest.mark.parametrize("restart", [False, True])
 async def test_an_executor_refusal_that_says_it_is_retryable_is_tried_again_within_the_budget(
-    dev_client: Client, substrate, tmp_path
+    dev_client: Client, substrate, tmp_path, restart
 ):
     """The executor reports the running attempt refused for now (its record `failed` with
     backpressure `retryable`, written through the fleet API as an executor would); the mission
-    runs the child again as attempt 2, which costs the budget of 2, and a second such refusal
-    would end it."""
+    runs the child again as attempt 2, which costs the budget of 2. `restart`: the worker is
+    replaced while attempt 2 runs, and the attempt is re-adopted, never started twice."""
     async with mission_harness(dev_client, substrate, tmp_path) as h:
+        suffix = h.suffix
         spec = parse_spec(h.spec("refused", [one_shot(
-            "job", "sleep 2; echo done", budgets={"max_attempts": 2, "timeout_seconds": 60},
+            "job", "sleep 3; echo done", budgets={"max_attempts": 2, "timeout_seconds": 60},
         )]))
         await h.control.start(spec)
 
@@ -274,11 +276,22 @@ async def test_an_executor_refusal_that_says_it_is_retryable_is_tried_again_with
                     break
                 except StaleRevision:
                     continue
-        final = await asyncio.wait_for(h.control.handle(spec.mission_id).result(), timeout=60)
-        assert final.parent_state == "completed", final.aggregation.reason
-        job = final.child("job")
-        assert job.attempt == 2 and job.output.strip() == "done"
-        first, second = job.attempts
-        assert first.retried and first.counts_against_budget and first.error_code == "executor.busy"
-        assert "said a retry may succeed" in first.ended and "1/2 used" in first.ended
-        assert second.observed_state == "succeeded"
+        if not restart:
+            final = await asyncio.wait_for(h.control.handle(spec.mission_id).result(), timeout=60)
+        else:
+            async def attempt_2_running() -> bool:
+                child = (await h.control.show(spec.mission_id)).child("job")
+                return child.attempt == 2 and child.lineage is not None and child.lineage.task_id is not None
+
+            await h.until(attempt_2_running, "attempt 2 running")
+    if restart:
+        async with mission_harness(dev_client, substrate, tmp_path, suffix=suffix) as h:
+            final = await asyncio.wait_for(h.control.handle(spec.mission_id).result(), timeout=60)
+    assert final.parent_state == "completed", final.aggregation.reason
+    assert len(substrate_tasks(substrate, fleet_child_id(spec.mission_id, "job", 2))) == 1
+    job = final.child("job")
+    assert job.attempt == 2 and job.output.strip() == "done"
+    first, second = job.attempts
+    assert first.retried and first.counts_against_budget and first.error_code == "executor.busy"
+    assert "said a retry may succeed" in first.ended and "1/2 used" in first.ended
+    assert second.observed_state == "succeeded"

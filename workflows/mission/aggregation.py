@@ -20,6 +20,13 @@ Per child (see `child_outcome`):
   policy backpressure (not retryable) and fails the child (it can never run), a queue timeout
   shows `timed-out`, a cancelled or preempted request shows `cancelled`.
 
+Attempts (`workflows.mission.attempts`): a child runs as numbered attempts, each on a fleet
+record of its own, and is judged by its last (`ChildLedger.attempt`); `start_attempt` lists an
+attempt when the mission starts it, `close_attempt` records why it ended and, when it is tried
+again, shows the child as not yet run (its admission says where it waits). An observation of
+an earlier attempt only updates that attempt's entry. While an attempt is being stopped or
+will be retried (`ChildLedger.stopping`), how it ended does not count: the child stays pending.
+
 Per mission, with S satisfied, F failed, R review-required and P pending children (N in all) and
 k the successes needed (N for all-pass and fail-fast, `minimum_successes` for quorum):
 - all-pass, fail-fast, quorum: `failed` as soon as S + P + R < k (success has become impossible

@@ -4,9 +4,11 @@ A thin shell. Planning is a pure function of the targets (`planning`), the
 verdict is the pure aggregation core's (`aggregation`), and admission is the
 host group's singleton, reached through `AdmissionClient`. What stays here is
 wiring: signals and child completions wake one loop, which folds everything
-into the ledger, starts children whose lease is current, cancels children whose
-lease is not, writes a snapshot when the ledger changed, and keeps the search
-attributes and current details true for operators in the Temporal UI.
+into the ledger, starts children whose lease is current, stops the running
+attempt of a child whose lease is not (requeued, lapsed, displaced, preempted) and
+runs it again as its next attempt where the retry rules say so
+(`workflows.mission.attempts`), writes a snapshot when the ledger changed, and keeps
+the search attributes and current details true for operators in the Temporal UI.
 
 Verdict and lifetime are separate: the verdict settles (ledger, search
 attributes, `wait_for_verdict`) as soon as the aggregation decides; the workflow
