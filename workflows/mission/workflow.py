@@ -44,7 +44,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.admission.model import LANE_OVERRIDE_POLICY, PREEMPTION_POLICY, REQUEUE_POLICY, AdmissionRequest
     from workflows.ids import ATTEMPT_SEPARATOR
     from workflows.mission import aggregation
-    from workflows.mission.attempts import TAKEN_AWAY, AttemptStop, judge
+    from workflows.mission.attempts import TAKEN_AWAY, AttemptStop, Judgement, judge
     from workflows.mission.ledger import (
         WRITE_LEDGER_SNAPSHOT_ACTIVITY,
         ChildAdmission,
@@ -559,6 +559,10 @@ class MissionWorkflow:
             counted=sum(1 for a in child.attempts if a.attempt < child.attempt and a.counts_against_budget),
             max_attempts=self._child_specs[child_id].budgets.max_attempts,
         )
+        request_state = self._admission.state_of(self._request_id(child_id))
+        if judgement.retry and stop is not None and stop.kind not in TAKEN_AWAY and request_state not in ("queued", "admitted"):
+            # The engine has ended the request (out of requeue attempts, ADR-004): nothing to run again under.
+            judgement = Judgement(False, True, f"{stop.reason}; the admission request ended {request_state}")
         if closing or not judgement.retry:
             if stop is not None or child.stopping is not None:
                 self._ledger = aggregation.close_attempt(
@@ -566,7 +570,7 @@ class MissionWorkflow:
                     interrupted_by=stop.interrupted_by if stop else None, policy=stop.policy if stop else None,
                     lease_timeout=stop is not None and not closing and stop.kind not in TAKEN_AWAY,
                 )
-                if stop is not None and not closing and self._admission.state_of(self._request_id(child_id)) in ("queued", "admitted"):
+                if stop is not None and not closing and request_state in ("queued", "admitted"):
                     # Its request lives on (requeued): withdraw it, so that it is never admitted again.
                     self._started.discard(child_id)
                     self._withdraw.add(child_id)
