@@ -22,7 +22,7 @@ from tests.mission_harness import POLICY, mission_harness, process_alive
 from tests.substrate_fixtures import substrate, substrate_tasks  # noqa: F401  (fixture)
 from tests.substrate_support import FLEET_TOKEN
 from worker.mission_control import parse_spec
-from workflows.admission.messages import LeaseRow, PolicyChange, admission_workflow_id
+from workflows.admission.messages import LeaseRow, PolicyChange, QueueRow, admission_workflow_id
 from workflows.admission.model import LANE_OVERRIDE_POLICY, AuditEvent, FairShare, PriorityAdmission
 from workflows.contract import Backpressure
 from workflows.ids import admission_request_id, fleet_child_id, workload_workflow_id
@@ -150,28 +150,52 @@ async def test_a_lease_that_expired_while_the_worker_was_down_is_requeued_and_th
         assert any(e.type == "requeued" and "lease expired; requeued (attempt 1/20)" in e.reason for e in events)
 
 
+def _barrier(directory, me: str, sibling: str) -> str:
+    """A child that only works together with its sibling: it waits (10 s at most) to see it start."""
+    return (
+        f"touch {directory}/{me}; i=0; while [ ! -f {directory}/{sibling} ] && [ $i -lt 100 ]; do sleep 0.1; "
+        f"i=$((i+1)); done; test -f {directory}/{sibling} && echo together"
+    )
+
+
 async def test_two_gang_missions_competing_for_one_host_group_both_complete(dev_client: Client, substrate, tmp_path):
-    """Room for two children at a time; each mission is a gang of two. Without gangs each could
-    hold one place and wait for the other forever; with them one gang runs, then the other."""
+    """Room for two children, one taken by a daemon; each mission is a gang of two children that
+    only work together. Neither gang holds part of the room while the rest waits; once the daemon
+    stops, one gang runs, then the other, and both complete."""
     policy = POLICY.model_copy(update={"max_concurrent": 2, "runtime_quotas": {"host": 2}})
     async with mission_harness(dev_client, substrate, tmp_path, policy=policy) as h:
-        specs = [
-            parse_spec(h.spec(f"gang-{name}", [one_shot("a", "sleep 2; echo a"), one_shot("b", "sleep 2; echo b")],
-                              admission={"mode": "gang"}, require_distinct_targets=False))
-            for name in ("one", "two")
-        ]
+        holder = parse_spec(h.spec("holder", [{"child_id": "api", "kind": "daemon", "prompt": "sleep 300"}]))
+        await h.control.run(holder)
+        specs = []
+        for name in ("one", "two"):
+            mission = f"gang-{name}-{h.suffix}"
+            specs.append(parse_spec(h.spec(f"gang-{name}", [
+                one_shot("a", _barrier(tmp_path, f"{mission}-a", f"{mission}-b")),
+                one_shot("b", _barrier(tmp_path, f"{mission}-b", f"{mission}-a")),
+            ], admission={"mode": "gang"}, require_distinct_targets=False)))
         for spec in specs:
             await h.control.start(spec)
+
+        async def both_gangs_waiting():
+            handle = dev_client.get_workflow_handle(admission_workflow_id(holder.host_group))
+            rows = await handle.query("queue", 1000, result_type=list[QueueRow])
+            return rows if len(rows) == 4 and all(row.binding_constraint.startswith("gang ") for row in rows) else None
+
+        rows = await h.until(both_gangs_waiting, "both gangs queued, each waiting as a whole")
+        assert {row.request_id for row in rows} == {f"{spec.mission_id}:{c}" for spec in specs for c in "ab"}
+        assert await h.admission_leases(holder.host_group) == [fleet_child_id(holder.mission_id, "api")]
+        await h.control.stop(holder.mission_id)
         finals = await asyncio.wait_for(
             asyncio.gather(*(h.control.handle(spec.mission_id).result() for spec in specs)), timeout=60,
         )
-        assert [final.parent_state for final in finals] == ["completed", "completed"]
-        admitted = [e for e in await _audit(dev_client, spec.host_group) if e.type == "admitted"]
+        assert [final.parent_state for final in finals] == ["completed", "completed"], [f.aggregation.reason for f in finals]
+        assert all(child.output.strip() == "together" for final in finals for child in final.children)
+        admitted = [e for e in await _audit(dev_client, holder.host_group) if e.type == "admitted"]
         # Each gang's members are admitted together, in one step, and one gang after the other.
         by_mission = [[e for e in admitted if e.request_id.startswith(f"{spec.mission_id}:")] for spec in specs]
         assert [len(events) for events in by_mission] == [2, 2]
         for events in by_mission:
-            assert len({e.at for e in events}) == 1
+            assert len({e.at for e in events}) == 1 and {e.policy for e in events} == {"gang"}
         first, second = sorted(by_mission, key=lambda events: events[0].seq)
         assert second[0].at > first[0].at
 
