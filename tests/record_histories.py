@@ -233,7 +233,8 @@ async def contended_missions(client: Client, control: MissionControl) -> None:
     """A host group that runs one child at a time (set by an operator): a daemon holds it while
     a request times out in the queue; an urgent mission preempts the daemon, whose mission stops
     it (lease lost); the urgent mission's first child fails, and fail-fast withdraws its
-    sibling, still queued."""
+    sibling, still queued; the daemon is admitted again under a new request and runs as its
+    attempt 2 until an operator stops its mission."""
     change = PolicyChange(operator="recorder", policy=ONE_AT_A_TIME)
     await set_policy_with_start(client, TASK_QUEUE, "contended", change)
     victim = parse_spec({
@@ -260,6 +261,13 @@ async def contended_missions(client: Client, control: MissionControl) -> None:
     })
     await control.start(urgent)
     await ended(control.handle(urgent.mission_id))
+
+    async def back_as_attempt_2() -> bool:  # preempted, it is admitted again under a new request
+        api = (await control.show(victim.mission_id)).child("api")
+        return api.attempt == 2 and api.lineage is not None and api.lineage.task_id is not None
+
+    await eventually(back_as_attempt_2, "the preempted daemon running again as attempt 2", within=60, interval=0.2)
+    await control.stop(victim.mission_id)
     await ended(control.handle(victim.mission_id))
     await save_chain(client, "mission:recorded-preempted", "mission-preempted")
     await save_chain(client, "mission:recorded-urgent", "mission-fail-fast-queued")

@@ -28,6 +28,7 @@ from worker.ports import free_port
 from workflows.admission.messages import PolicyChange
 from workflows.admission.model import AdmissionPolicy, AdmissionRequest
 from workflows.ids import (
+    MAX_ATTEMPT_NUMBER,
     admission_request_id,
     dispatch_id,
     fleet_child_id,
@@ -214,13 +215,14 @@ def test_5_a_spec_whose_derived_ids_would_not_fit_is_refused_at_the_door(offline
     path = write(tmp_path / "spec.json", spec(child={"child_id": "c" * 56}, mission_id="m" * 200))
     assert_refused(conductor_now(capsys, "mission", "run", str(path)), f"invalid mission spec {path}:",
                    "children[0].child_id", f"mission_id and child_id ({MAX_ID_CHARS} characters together)",
-                   "dispatch id <mission_id>:<child_id>:dispatch", "at most 246 characters together")
+                   "dispatch id <mission_id>:<child_id>:attempt-999:dispatch", "at most 234 characters together")
 
 
-@pytest.mark.parametrize("mission_length", [1, 120, 245])
+@pytest.mark.parametrize("mission_length", [1, 120, 233])
 def test_5_every_id_derived_from_an_accepted_spec_passes_where_it_is_used_later(mission_length):
     mission_id = "m" * mission_length
-    longest = parse_spec(spec(child={"child_id": "c" * (246 - mission_length)}, mission_id=mission_id))
+    # The longest ids are those of the last attempt a child may run (workflows.ids).
+    longest = parse_spec(spec(child={"child_id": "c" * (234 - mission_length)}, mission_id=mission_id))
     child = longest.children[0]
     # The admission request, the fleet record (whole: lineage, dispatch id, idempotency key), the
     # task's start message and the workload's own input: each validates them with its own rules.
@@ -236,9 +238,17 @@ def test_5_every_id_derived_from_an_accepted_spec_passes_where_it_is_used_later(
     assert build_dispatch(workload).message_id == dispatch_id(mission_id, child.child_id)
     assert len(workload_workflow_id(mission_id, child.child_id)) <= MAX_WORKFLOW_ID_CHARS
     assert len(mission_workflow_id(mission_id)) <= MAX_WORKFLOW_ID_CHARS
+    last = WorkloadInput(mission_id=mission_id, orchestrator_id=longest.orchestrator_id, child=child,
+                         target_id="t", executor_id="e", attempt=MAX_ATTEMPT_NUMBER)
+    record = build_record(last, NOW)
+    assert record.lineage.dispatch_id == dispatch_id(mission_id, child.child_id, MAX_ATTEMPT_NUMBER)
+    assert build_dispatch(last).message_id == record.lineage.dispatch_id
+    AdmissionRequest(request_id=admission_request_id(mission_id, child.child_id, MAX_ATTEMPT_NUMBER),
+                     orchestrator_id="o", environment="e", provider="p", runtime_kind="host", priority=0,
+                     submitted_at=NOW, queue_timeout_seconds=60)
     # One character more, and the spec itself is refused (MissionControl refuses the same).
-    with pytest.raises(MissionSpecError, match="at most 246 characters together"):
-        parse_spec(spec(child={"child_id": "c" * (247 - mission_length)}, mission_id=mission_id))
+    with pytest.raises(MissionSpecError, match="at most 234 characters together"):
+        parse_spec(spec(child={"child_id": "c" * (235 - mission_length)}, mission_id=mission_id))
 
 
 @pytest.mark.parametrize(("field", "value", "says"), [

@@ -130,6 +130,13 @@ def render_ledger(
     lines.append("  children:")
     for child in ledger.children:
         lines.append(_child_line(child))
+        for attempt in child.attempts:  # earlier attempts: why each ended and was tried again
+            if attempt.retried:
+                lines.append(f"         attempt {attempt.attempt}: {attempt.ended}")
+        if child.stopping:
+            lines.append(f"         attempt {child.attempt} stopping: {child.stopping}")
+        elif child.attempt > 1:
+            lines.append(f"         attempt {child.attempt}" + (" (running)" if child.outcome == "pending" else ""))
         if waits and child.child_id in waits:
             lines.append(f"         {waits[child.child_id]}")
         evidence = evidence_line(child)

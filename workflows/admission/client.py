@@ -40,6 +40,9 @@ with workflow.unsafe.imports_passed_through():
     from workflows.admission.model import AdmissionRequest
 
 SUBMIT_ACTIVITY = "submit_admission_batch"
+# What the engine can do to a lease the requester holds without being asked: move it back to
+# the queue (requeued after it expired; displaced by the lane override) or end it (preempted).
+INTERRUPTIONS: frozenset[str] = frozenset({"requeued", "displaced", "preempted"})
 
 
 class AdmissionClient:
@@ -52,6 +55,11 @@ class AdmissionClient:
         self._renew_sent: dict[str, int] = {}  # request id -> lease revision a renewal was sent for
         self._giving_back: set[str] = set()  # released or cancelled with confirmation, not yet answered
         self._version = 0  # bumped on every decision batch; waiters compare, never reset
+        # request id -> how many times its lease was taken away, and the decision that last did:
+        # a requester compares the count with the one it started work under, since a lease taken
+        # away can be granted again (a new lease) before the requester hears of it.
+        self._interruptions: dict[str, int] = {}
+        self.interrupted: dict[str, AdmissionDecision] = {}
         self._stopped = False
         workflow.set_signal_handler(DECISION_SIGNAL, self._on_decisions)
 
@@ -63,6 +71,8 @@ class AdmissionClient:
             mine=sorted(self._mine),
             renew_sent=dict(self._renew_sent),
             giving_back=sorted(self._giving_back),
+            interruptions=dict(self._interruptions),
+            interrupted=dict(self.interrupted),
         )
 
     def restore(self, carried: RequesterCarry) -> None:
@@ -70,6 +80,8 @@ class AdmissionClient:
         self._mine = set(carried.mine)
         self._renew_sent = dict(carried.renew_sent)
         self._giving_back = set(carried.giving_back)
+        self._interruptions = dict(carried.interruptions)
+        self.interrupted = dict(carried.interrupted)
 
     # --- inbound ----------------------------------------------------------------------------
 
@@ -80,6 +92,9 @@ class AdmissionClient:
                 continue  # an older decision overtaken by a newer one
             self.decisions[decision.request_id] = decision
             self.history.append(decision)
+            if INTERRUPTIONS.intersection(decision.happened):
+                self._interruptions[decision.request_id] = self._interruptions.get(decision.request_id, 0) + 1
+                self.interrupted[decision.request_id] = decision
             self._giving_back.discard(decision.request_id)  # answered (or overtaken: decide again)
         self._version += 1
 
@@ -103,6 +118,10 @@ class AdmissionClient:
             and decision.lease_expires_at is not None
             and workflow.now() < decision.lease_expires_at
         )
+
+    def interruptions(self, request_id: str) -> int:
+        """How many times the engine has taken this request's lease away (see INTERRUPTIONS)."""
+        return self._interruptions.get(request_id, 0)
 
     def held(self) -> list[str]:
         return sorted(rid for rid in self._mine if self.state_of(rid) == "admitted")

@@ -177,6 +177,9 @@ class RequesterCarry(_Message):
     mine: list[str]
     renew_sent: dict[str, int]
     giving_back: list[str]
+    # Leases the engine took away without being asked (workflows.admission.client.INTERRUPTIONS).
+    interruptions: dict[str, int] = Field(default_factory=dict)
+    interrupted: dict[str, AdmissionDecision] = Field(default_factory=dict)
 
 
 class SubmitAdmission(_Message):

@@ -20,6 +20,13 @@ Per child (see `child_outcome`):
   policy backpressure (not retryable) and fails the child (it can never run), a queue timeout
   shows `timed-out`, a cancelled or preempted request shows `cancelled`.
 
+Attempts (`workflows.mission.attempts`): a child runs as numbered attempts, each on a fleet
+record of its own, and is judged by its last (`ChildLedger.attempt`); `start_attempt` lists an
+attempt when the mission starts it, `close_attempt` records why it ended and, when it is tried
+again, shows the child as not yet run (its admission says where it waits). An observation of
+an earlier attempt only updates that attempt's entry. While an attempt is being stopped or
+will be retried (`ChildLedger.stopping`), how it ended does not count: the child stays pending.
+
 Per mission, with S satisfied, F failed, R review-required and P pending children (N in all) and
 k the successes needed (N for all-pass and fail-fast, `minimum_successes` for quorum):
 - all-pass, fail-fast, quorum: `failed` as soon as S + P + R < k (success has become impossible
@@ -62,6 +69,7 @@ from workflows.mission.ledger import (
     VERDICT_STATES,
     AggregationSummary,
     ChildAdmission,
+    ChildAttempt,
     ChildLedger,
     ChildOutcome,
     ChosenOutput,
@@ -72,6 +80,7 @@ from workflows.mission.ledger import (
     ReviewDecision,
     VerdictState,
 )
+from workflows.mission.attempts import judge
 from workflows.mission.observation import ChildObservation
 from workflows.mission.spec import MissionSpec, Quorum
 from workflows.workload.record import fleet_child_id
@@ -84,6 +93,9 @@ __all__ = [
     "initial_ledger",
     "apply_observation",
     "apply_admission",
+    "start_attempt",
+    "close_attempt",
+    "mark_stopping",
     "apply_review",
     "review_refusal",
     "aggregate",
@@ -172,6 +184,8 @@ def _dispatched(child: ChildLedger) -> bool:
 def child_outcome(child: ChildLedger) -> ChildOutcome:
     """Where the child stands for the verdict (see `ChildOutcome`); fails closed."""
     state = child.observed_state
+    if child.stopping is not None:
+        return "pending"  # the mission stopped it (its lease went) and judges it once it has ended
     if state in REVIEW_REQUIRED_STATES:
         return "review-required"
     if state in TERMINAL_FAILURE_STATES:
@@ -275,12 +289,20 @@ def apply_observation(ledger: MissionLedger, spec: MissionSpec, obs: ChildObserv
             f"observation of {obs.child_id} says kind {obs.kind!r} but the spec declares {child.kind!r}; "
             "the WorkloadWorkflow must report the kind it was started with"
         )
-    expected = (ledger.mission_id, fleet_child_id(ledger.mission_id, obs.child_id))
+    expected = (ledger.mission_id, fleet_child_id(ledger.mission_id, obs.child_id, obs.attempt))
     if obs.lineage is not None and (obs.lineage.mission_id, obs.lineage.child_id) != expected:
         raise ValueError(
-            f"observation of {obs.child_id} carries lineage for mission {obs.lineage.mission_id} child "
-            f"{obs.lineage.child_id}; it belongs to another mission or child"
+            f"observation of {obs.child_id} (attempt {obs.attempt}) carries lineage for mission "
+            f"{obs.lineage.mission_id} child {obs.lineage.child_id}; it belongs to another mission or child, or to another attempt"
         )
+    if obs.attempt > child.attempt:
+        raise ValueError(
+            f"observation of {obs.child_id} is of attempt {obs.attempt}, but the ledger is at attempt "
+            f"{child.attempt}; the mission starts an attempt in the ledger before it runs it"
+        )
+    if obs.attempt < child.attempt:
+        # A late word from an earlier attempt: it no longer judges the child, but its attempt shows it.
+        return _commit(ledger, _replace_child(ledger, _observe_attempt(child, obs)))
     observed = _as_stopped_by_lease_expiry(child.model_copy(
         update={
             **{name: getattr(obs, name) for name in _OBSERVED_FIELDS},
@@ -290,7 +312,7 @@ def apply_observation(ledger: MissionLedger, spec: MissionSpec, obs: ChildObserv
         }
     ))
     if child.revision is None or obs.revision > child.revision:
-        updated = observed
+        updated = _awaiting_retry(_observe_attempt(observed, obs), spec)
     elif obs.revision == child.revision and all(getattr(child, f) == getattr(observed, f) for f in (*_OBSERVED_FIELDS, "artifacts")):
         return ledger  # redelivered: nothing new
     else:
@@ -327,20 +349,125 @@ def apply_admission(
         return ledger
     update: dict[str, Any] = {"admission": admission}
     if not _dispatched(child):
-        shown = _contract_backpressure(backpressure)
-        if admission.state == "queued":
-            update |= {"observed_state": "blocked", "backpressure": shown or _WAITING_FOR_CAPACITY}
-        elif admission.state == "denied":
-            update |= {"observed_state": "blocked", "backpressure": shown or _DENIED_BY_POLICY}
-        elif admission.state == "admitted":
-            update |= {"observed_state": "admitted", "backpressure": None}
-        elif admission.state == "timed-out":
-            update |= {"observed_state": "timed-out", "backpressure": None}
-        elif admission.state in ("cancelled", "preempted", "released"):
-            # Given back before it ran (released: by this mission at closing, or an ended request
-            # of an earlier mission under the same id): it never runs now.
-            update |= {"observed_state": "cancelled", "backpressure": None}
+        update |= _admission_shown(admission, backpressure)
     return _commit(ledger, _replace_child(ledger, _refresh(_as_stopped_by_lease_expiry(child.model_copy(update=update)))))
+
+
+def _observe_attempt(child: ChildLedger, obs: ChildObservation) -> ChildLedger:
+    """The observation's attempt, as the attempt list shows it (its newest revision wins)."""
+    attempts = list(child.attempts)
+    for index, attempt in enumerate(attempts):
+        if attempt.attempt == obs.attempt:
+            task_id = obs.lineage.task_id if obs.lineage is not None else None
+            update: dict[str, Any] = {"observed_state": obs.observed_state, "error_code": obs.error_code}
+            if task_id is not None:
+                update["task_id"] = task_id
+            if attempt.ended is None and obs.observed_state in TERMINAL_OBSERVED_STATES | REVIEW_REQUIRED_STATES:
+                update["ended"] = f"ended {obs.observed_state}" + (f" ({obs.error_code})" if obs.error_code else "")
+            attempts[index] = attempt.model_copy(update=update)
+            return child.model_copy(update={"attempts": tuple(attempts)})
+    return child
+
+
+def _awaiting_retry(child: ChildLedger, spec: MissionSpec) -> ChildLedger:
+    """An attempt that ended in a way the retry rules try again (an executor refusal that says a
+    retry may succeed, with budget left) does not judge the child: the mission runs the next
+    attempt (`close_attempt`), so until then the child stays pending, never failed for a moment."""
+    if child.stopping is not None or not child.attempts or child.observed_state not in TERMINAL_OBSERVED_STATES:
+        return child
+    backpressure = child.backpressure
+    judged = judge(
+        None,
+        observed_state=child.observed_state,
+        retryable_refusal=backpressure is not None and backpressure.retryable,
+        attempt=child.attempt,
+        counted=sum(1 for a in child.attempts if a.attempt < child.attempt and a.counts_against_budget),
+        max_attempts=next(c.budgets.max_attempts for c in spec.children if c.child_id == child.child_id),
+    )
+    return child.model_copy(update={"stopping": judged.why}) if judged.retry else child
+
+
+def start_attempt(
+    ledger: MissionLedger, child_id: str, *, attempt: int, request_id: str | None, lease_revision: int,
+) -> MissionLedger:
+    """The mission starts the child's current attempt (under the lease it holds now): listed once."""
+    child = ledger.child(child_id)
+    if attempt != child.attempt:
+        raise ValueError(f"{child_id} is at attempt {child.attempt}, not {attempt}; start the current attempt")
+    if any(known.attempt == attempt for known in child.attempts):
+        return ledger
+    entry = ChildAttempt(
+        attempt=attempt, request_id=request_id, lease_revision=lease_revision,
+        fleet_child_id=fleet_child_id(ledger.mission_id, child_id, attempt),
+    )
+    return _commit(ledger, _replace_child(ledger, child.model_copy(update={"attempts": (*child.attempts, entry)})))
+
+
+def mark_stopping(ledger: MissionLedger, child_id: str, why: str) -> MissionLedger:
+    """The mission is stopping the child's current attempt, whose lease went (see `ChildLedger.stopping`)."""
+    child = ledger.child(child_id)
+    return _commit(ledger, _replace_child(ledger, _refresh(child.model_copy(update={"stopping": why}))))
+
+
+def close_attempt(
+    ledger: MissionLedger,
+    child_id: str,
+    *,
+    why: str,
+    retry: bool,
+    counts: bool = True,
+    interrupted_by: str | None = None,
+    policy: str | None = None,
+    lease_timeout: bool = False,
+    admission: ChildAdmission | None = None,
+) -> MissionLedger:
+    """Record why the current attempt ended. `retry`: the child goes on as its next attempt,
+    shown as a child that has not run yet (its admission, or `admission` for a new request,
+    says where it stands: queued while it waits to be admitted again), and is judged by that
+    attempt from now on. `lease_timeout` (not retried): the mission stopped it because its lease
+    expired, so it ended `timed-out`, whatever the substrate says its stopped task did."""
+    child = ledger.child(child_id)
+    if admission is not None:
+        child = child.model_copy(update={"admission": admission})
+    attempts = list(child.attempts)
+    if attempts and attempts[-1].attempt == child.attempt:
+        attempts[-1] = attempts[-1].model_copy(update={
+            "ended": why, "retried": retry, "counts_against_budget": counts,
+            "interrupted_by": interrupted_by, "policy": policy,
+        })
+    update: dict[str, Any] = {"attempts": tuple(attempts), "stopping": None}
+    if retry:
+        fresh = ChildLedger(child_id=child.child_id, kind=child.kind, required_evidence=child.required_evidence)
+        update |= {
+            name: getattr(fresh, name)
+            for name in (*_OBSERVED_FIELDS, "revision", "observed_at", "artifacts", "stale_event_revisions")
+        }
+        update |= {"attempt": child.attempt + 1}
+        update |= _admission_shown(child.admission, None)
+    elif lease_timeout and child.observed_state not in ("succeeded", "timed-out"):
+        update |= {
+            "observed_state": "timed-out", "exit_classification": "timeout", "error_code": LEASE_EXPIRED,
+            "note": f"stopped: {why}",
+        }
+    return _commit(ledger, _replace_child(ledger, _refresh(child.model_copy(update=update))))
+
+
+def _admission_shown(admission: ChildAdmission, backpressure: Backpressure | AdmissionBackpressure | None) -> dict[str, Any]:
+    """What a child the substrate has not reported shows, from its admission alone."""
+    shown = _contract_backpressure(backpressure)
+    if admission.state == "queued":
+        return {"observed_state": "blocked", "backpressure": shown or _WAITING_FOR_CAPACITY}
+    if admission.state == "denied":
+        return {"observed_state": "blocked", "backpressure": shown or _DENIED_BY_POLICY}
+    if admission.state == "admitted":
+        return {"observed_state": "admitted", "backpressure": None}
+    if admission.state == "timed-out":
+        return {"observed_state": "timed-out", "backpressure": None}
+    if admission.state in ("cancelled", "preempted", "released"):
+        # Given back before it ran (released: by this mission at closing, or an ended request
+        # of an earlier mission under the same id): it never runs now.
+        return {"observed_state": "cancelled", "backpressure": None}
+    return {}
 
 
 def review_refusal(ledger: MissionLedger, spec: MissionSpec) -> str | None:

@@ -49,6 +49,7 @@ __all__ = [
     "FINAL_PARENT_STATES",
     "VERDICT_STATES",
     "ChildAdmission",
+    "ChildAttempt",
     "ChildLedger",
     "AggregationSummary",
     "ReviewDecision",
@@ -122,6 +123,24 @@ class Evidence(_LedgerModel):
     task_id: str | None = None  # the task the artifact's `sandbox://tasks/<id>/...` URI names
 
 
+class ChildAttempt(_LedgerModel):
+    """One attempt of a child (workflows.mission.attempts): under which admission request and
+    lease it ran, on which fleet record and task, how it ended and why."""
+
+    attempt: int = Field(ge=1)
+    request_id: str | None = None
+    lease_revision: int = Field(default=0, ge=0)
+    fleet_child_id: str
+    task_id: str | None = None
+    observed_state: ObservedState = "pending"
+    error_code: str | None = None
+    ended: str | None = None  # why it ended; None while it runs
+    retried: bool = False  # another attempt follows it
+    counts_against_budget: bool = True  # False for an attempt taken away (displaced, preempted)
+    interrupted_by: str | None = None  # the admission request that displaced or preempted it
+    policy: str | None = None  # the admission policy that took its lease away
+
+
 class ChildLedger(_LedgerModel):
     """One child: its latest observation, the late ones, its admission and what it counts as."""
 
@@ -150,6 +169,13 @@ class ChildLedger(_LedgerModel):
     outcome: ChildOutcome = "pending"
     admission: ChildAdmission = Field(default_factory=ChildAdmission)
     cancel_requested: bool = False  # the mission has asked for this child to be cancelled
+    # Attempts (workflows.mission.attempts): the fields above describe the current (last) one,
+    # by which the child is judged; `attempts` lists every attempt started, oldest first.
+    attempt: int = Field(default=1, ge=1)
+    attempts: tuple[ChildAttempt, ...] = ()
+    # Why the mission is stopping the current attempt (its lease went): until the attempt is
+    # judged, how its stopped task ends does not count (the child stays pending).
+    stopping: str | None = None
 
 
 class AggregationSummary(_LedgerModel):

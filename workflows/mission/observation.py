@@ -35,6 +35,9 @@ class ChildObservation(BaseModel):
 
     child_id: str
     kind: WorkloadKind
+    # The attempt this observation is of (workflows.mission.attempts); revisions count per attempt,
+    # since each attempt has its own fleet record.
+    attempt: int = Field(default=1, ge=1)
     revision: int = Field(ge=0)
     observed_state: ObservedState
     observed_at: datetime

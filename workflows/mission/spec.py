@@ -19,12 +19,15 @@ from workflows.admission.model import Duration, Identifier, Name, PriorityClass,
 from workflows.contract import ArtifactKind, Budgets, Id, WorkloadKind, WorkloadPolicy
 from workflows.credential_material import find_credential_material
 from workflows.ids import (
+    ATTEMPT_SEPARATOR,
+    MAX_ATTEMPT_NUMBER,
     admission_request_id,
     admission_workflow_id,
     dispatch_id,
     fleet_child_id,
     idempotency_key,
     mission_workflow_id,
+    reserved_attempt_suffix,
     workload_workflow_id,
 )
 from workflows.limits import (
@@ -124,6 +127,13 @@ AggregationPolicy = Annotated[
 ]
 
 
+class Admission(_Spec):
+    """How the mission's children are admitted: each on its own (`independent`), or all together
+    or not at all (`gang`: one admission gang of every routed child; docs/admission-engine.md)."""
+
+    mode: Literal["independent", "gang"] = "independent"
+
+
 class ChildSpec(_Spec):
     """One child workload: what runs, where it may run, and how it competes for admission."""
 
@@ -165,6 +175,7 @@ class MissionSpec(_Spec):
     host_group: HostGroup = "default"
     aggregation: AggregationPolicy = Field(default_factory=AllPass)
     require_distinct_targets: bool = True
+    admission: Admission = Field(default_factory=Admission)
     children: list[ChildSpec] = Field(min_length=1, max_length=1000)
 
     @model_validator(mode="after")
@@ -176,6 +187,11 @@ class MissionSpec(_Spec):
             if child.child_id in seen:
                 problems.append(f"{where}: child_id is used twice; every child needs its own id")
             seen.add(child.child_id)
+            if reserved_attempt_suffix(child.child_id):
+                problems.append(
+                    f"{where}: a child_id may not end in {ATTEMPT_SEPARATOR!r} and a number; that is how the ids "
+                    "of a child's later attempts end: rename the child"
+                )
             if child.kind == "scheduled-collector" and child.schedule is None:
                 problems.append(f"{where}: a scheduled-collector needs a `schedule` (cron, e.g. \"*/5 * * * *\")")
             if child.kind != "scheduled-collector" and child.schedule is not None:
@@ -216,18 +232,22 @@ class MissionSpec(_Spec):
             )
             if problem is not None
         ]
+        # Checked for the highest attempt number, whose ids are the longest (workflows.ids).
+        last = MAX_ATTEMPT_NUMBER
+        attempt = f"{ATTEMPT_SEPARATOR}{last}"
         for index, child in enumerate(self.children):
             fields, length = ("mission_id", "child_id"), len(mission) + len(child.child_id)
             derived = (  # the longest first: the first that does not fit is the one to report
-                ("dispatch id", "<mission_id>:<child_id>:dispatch", dispatch_id, MAX_ID_CHARS, _CONTRACT_ID),
-                ("workload workflow id", "workload:<mission_id>:<child_id>", workload_workflow_id,
+                ("dispatch id", f"<mission_id>:<child_id>{attempt}:dispatch", dispatch_id, MAX_ID_CHARS, _CONTRACT_ID),
+                ("workload workflow id", f"workload:<mission_id>:<child_id>{attempt}", workload_workflow_id,
                  MAX_WORKFLOW_ID_CHARS, None),
-                ("admission request id", "<mission_id>:<child_id>", admission_request_id, MAX_ID_CHARS, _IDENTIFIER),
-                ("fleet child id", "<mission_id>:<child_id>", fleet_child_id, MAX_ID_CHARS, _CONTRACT_ID),
-                ("idempotency key", "<mission_id>:<child_id>", idempotency_key, MAX_ID_CHARS, _CONTRACT_ID),
+                ("admission request id", f"<mission_id>:<child_id>{attempt}", admission_request_id, MAX_ID_CHARS,
+                 _IDENTIFIER),
+                ("fleet child id", f"<mission_id>:<child_id>{attempt}", fleet_child_id, MAX_ID_CHARS, _CONTRACT_ID),
+                ("idempotency key", f"<mission_id>:<child_id>{attempt}", idempotency_key, MAX_ID_CHARS, _CONTRACT_ID),
             )
             for label, template, build, limit, rule in derived:
-                value = build(mission, child.child_id)
+                value = build(mission, child.child_id, last)
                 problem = _derived_id_problem(label, template, value, limit, rule, fields, length)
                 if problem is not None:
                     problems.append(f"children[{index}].child_id: {problem}")

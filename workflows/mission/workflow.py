@@ -4,9 +4,11 @@ A thin shell. Planning is a pure function of the targets (`planning`), the
 verdict is the pure aggregation core's (`aggregation`), and admission is the
 host group's singleton, reached through `AdmissionClient`. What stays here is
 wiring: signals and child completions wake one loop, which folds everything
-into the ledger, starts children whose lease is current, cancels children whose
-lease is not, writes a snapshot when the ledger changed, and keeps the search
-attributes and current details true for operators in the Temporal UI.
+into the ledger, starts children whose lease is current, stops the running
+attempt of a child whose lease is not (requeued, lapsed, displaced, preempted) and
+runs it again as its next attempt where the retry rules say so
+(`workflows.mission.attempts`), writes a snapshot when the ledger changed, and keeps
+the search attributes and current details true for operators in the Temporal UI.
 
 Verdict and lifetime are separate: the verdict settles (ledger, search
 attributes, `wait_for_verdict`) as soon as the aggregation decides; the workflow
@@ -38,8 +40,11 @@ from workflows.cancellation import raise_if_cancel_requested
 
 with workflow.unsafe.imports_passed_through():
     from workflows.admission.client import AdmissionClient
-    from workflows.admission.model import AdmissionRequest
+    from workflows.admission.messages import AdmissionDecision
+    from workflows.admission.model import LANE_OVERRIDE_POLICY, PREEMPTION_POLICY, REQUEUE_POLICY, AdmissionRequest
+    from workflows.ids import ATTEMPT_SEPARATOR
     from workflows.mission import aggregation
+    from workflows.mission.attempts import TAKEN_AWAY, AttemptStop, Judgement, judge
     from workflows.mission.ledger import (
         WRITE_LEDGER_SNAPSHOT_ACTIVITY,
         ChildAdmission,
@@ -107,6 +112,13 @@ class MissionWorkflow:
         self._running: set[str] = set()  # child workflows started and not yet ended
         self._ended: set[str] = set()
         self._released: set[str] = set()
+        # Attempts (workflows.mission.attempts; the ledger numbers them):
+        self._requests: dict[str, str] = {}  # child -> its admission request, when not attempt 1's
+        self._stops: dict[str, AttemptStop] = {}  # running attempts stopped because their lease went
+        self._marks: dict[str, int] = {}  # lease interruptions seen when the running attempt started
+        self._resubmit: set[str] = set()  # preempted: to be admitted again under a new request
+        self._withdraw: set[str] = set()  # given up while their request is still queued or admitted
+        self._over: set[str] = set()  # attempts that ended, to judge once their last word is folded
         self._stop_requested = False
         self._wake = 0
         self._written_seq = -1
@@ -122,7 +134,8 @@ class MissionWorkflow:
     ))
     def workload_observed(self, observation: ChildObservation) -> None:
         self._observations.append(observation)
-        self._note_if_ended(observation.child_id, observation.observed_state)
+        if observation.attempt == self._ledger.child(observation.child_id).attempt:
+            self._note_if_ended(observation.child_id, observation.observed_state)
         self._wake += 1
 
     @workflow.signal(name=ALIVE_SIGNAL, description=(
@@ -217,11 +230,22 @@ class MissionWorkflow:
     async def _submit_for_admission(self) -> None:
         if not self._assignments:
             return
+        spec = self._spec
+        requests = self._admission_requests(
+            [child.child_id for child in spec.children if child.child_id in self._assignments], gang=spec.mission_id,
+        )
+        self._details(f"admitting: {len(requests)} requests to admission:{spec.host_group}")
+        await self._admission.submit(requests)
+
+    def _admission_requests(self, child_ids: list[str], *, gang: str) -> list[AdmissionRequest]:
+        """One request per child, under the child's current request id; in gang mode the
+        requests are one gang, named `gang` (docs/mission-spec.md, "admission")."""
         now = workflow.now()
         spec = self._spec
-        requests = [
+        ganged = spec.admission.mode == "gang"
+        return [
             AdmissionRequest(
-                request_id=admission_request_id(spec.mission_id, child.child_id),
+                request_id=self._request_id(child.child_id),
                 orchestrator_id=spec.orchestrator_id,
                 environment=child.environment,
                 provider=child.provider,
@@ -232,18 +256,31 @@ class MissionWorkflow:
                 preemptible=child.preemptible,
                 lane=child.lane,
                 priority_class=child.priority_class,
+                gang_id=gang if ganged else None,
+                gang_size=len(child_ids) if ganged else None,
             )
-            for child in spec.children
-            if child.child_id in self._assignments
+            for child in (self._child_specs[child_id] for child_id in child_ids)
         ]
-        self._details(f"admitting: {len(requests)} requests to admission:{spec.host_group}")
-        await self._admission.submit(requests)
+
+    def _gang_still_stopping(self) -> bool:
+        """A gang is preempted whole and admitted again whole: its new requests go together, once
+        every member's preempted attempt has ended."""
+        return self._spec.admission.mode == "gang" and any(stop.kind == "preempted" for stop in self._stops.values())
+
+    async def _submit_again(self) -> None:
+        """Preempted children go back to admission as new requests (their old ones have ended)."""
+        child_ids = sorted(self._resubmit)
+        self._resubmit.clear()
+        attempt = max(self._ledger.child(child_id).attempt for child_id in child_ids)
+        gang = f"{self._spec.mission_id}{ATTEMPT_SEPARATOR}{attempt}"
+        await self._admission.submit(self._admission_requests(child_ids, gang=gang))
 
     async def _supervise(self) -> None:
         while True:
             at_start = (self._wake, self._admission.version)
             self._fold_decisions()
             self._fold_observations()
+            self._settle_attempts()
             await self._act()
             await self._snapshot()
             self._publish()
@@ -293,6 +330,12 @@ class MissionWorkflow:
             observations=self._observations,
             written_seq=self._written_seq,
             admission=self._admission.carry(),
+            requests=self._requests,
+            stops=self._stops,
+            marks=self._marks,
+            resubmit=sorted(self._resubmit),
+            withdraw=sorted(self._withdraw),
+            over=sorted(self._over),
         )})
 
     def _take_over(self, carried: MissionCarry) -> None:
@@ -305,6 +348,12 @@ class MissionWorkflow:
         self._released = set(carried.released)
         self._written_seq = carried.written_seq
         self._admission.restore(carried.admission)
+        self._requests = dict(carried.requests)
+        self._stops = dict(carried.stops)
+        self._marks = dict(carried.marks)
+        self._resubmit = set(carried.resubmit)
+        self._withdraw = set(carried.withdraw)
+        self._over = set(carried.over)
         self._observations = list(carried.observations)
         self._fold_observations()
         # A running child whose last observation has arrived (in an earlier run, which awaited
@@ -317,7 +366,7 @@ class MissionWorkflow:
         to await (children this run started end when their handle does)."""
         if child_id in self._running and child_id not in self._followed and ends_workload(observed_state):
             self._running.discard(child_id)
-            self._ended.add(child_id)
+            self._over.add(child_id)
 
     # --- folding inputs into the ledger -----------------------------------------------------
 
@@ -348,12 +397,13 @@ class MissionWorkflow:
         if cancel:
             self._ledger = aggregation.mark_cancel_requested(self._ledger, cancel)
             await self._cancel_children(cancel, why="fail-fast: a sibling failed")
-        lost = [
-            child_id for child_id in sorted(self._running)
-            if not self._admission.is_current(self._request_id(child_id))
-        ]
-        if lost:
-            await self._cancel_children(lost, why="admission lease lost")
+        lost = self._leases_gone()
+        withdraw = sorted(self._withdraw)  # given up before they ran again: their requests go
+        self._withdraw.clear()
+        if lost or withdraw:
+            await self._cancel_children(lost + withdraw, why="admission lease lost")
+        if self._resubmit and not self._stop_requested and not self._gang_still_stopping():
+            await self._submit_again()
         await self._start_admitted()
         await self._release_ended()
 
@@ -365,6 +415,9 @@ class MissionWorkflow:
             child for child in self._spec.children
             if child.child_id in self._assignments
             and child.child_id not in self._started
+            and child.child_id not in self._ended
+            and child.child_id not in self._withdraw
+            and child.child_id not in self._resubmit
             and not self._ledger.child(child.child_id).cancel_requested
             and self._admission.is_current(self._request_id(child.child_id))
         ][: max(0, room)]
@@ -380,6 +433,14 @@ class MissionWorkflow:
             raise
 
     async def _start_children(self, child_ids: list[str]) -> None:
+        for child_id in child_ids:  # in the ledger before it runs: its observations name it
+            request_id = self._request_id(child_id)
+            decision = self._admission.decisions.get(request_id)
+            self._ledger = aggregation.start_attempt(
+                self._ledger, child_id, attempt=self._ledger.child(child_id).attempt, request_id=request_id,
+                lease_revision=decision.lease_revision if decision is not None else 0,
+            )
+            self._marks[child_id] = self._admission.interruptions(request_id)
         handles = await asyncio.gather(*(self._start_child(child_id) for child_id in child_ids))
         for child_id, handle in zip(child_ids, handles):
             self._started.add(child_id)
@@ -391,6 +452,7 @@ class MissionWorkflow:
         spec = self._spec
         child = self._child_specs[child_id]
         target = self._assignments[child_id]
+        attempt = self._ledger.child(child_id).attempt
         # Long-lived children outlive this run when it continues as new: ABANDON, not cancelled
         # with it; they report by signal, their end included (see WorkloadInput), and stop
         # themselves if the mission is ever gone.
@@ -405,13 +467,14 @@ class MissionWorkflow:
                 executor_id=target.executor_id,
                 runtime_id=target.runtime_id,
                 parent_id=workflow.info().workflow_id,
+                attempt=attempt,
                 poll_interval_seconds=self._input.poll_interval_seconds,
                 **({"report_to_mission_by_signal": True, "watch_max_seconds": self._input.alive_every_seconds} if outlives_run else {}),
             ),
-            id=workload_workflow_id(spec.mission_id, child_id),
+            id=workload_workflow_id(spec.mission_id, child_id, attempt),
             cancellation_type=ChildWorkflowCancellationType.WAIT_CANCELLATION_COMPLETED,
             parent_close_policy=ParentClosePolicy.ABANDON if outlives_run else ParentClosePolicy.REQUEST_CANCEL,
-            static_summary=f"{child.kind} {child_id} on {target.target_id}",
+            static_summary=f"{child.kind} {child_id} on {target.target_id}" + (f" (attempt {attempt})" if attempt > 1 else ""),
             search_attributes=TypedSearchAttributes([
                 SearchAttributePair(MISSION_ID, spec.mission_id),
                 SearchAttributePair(MISSION_HOST_GROUP, spec.host_group),
@@ -439,13 +502,97 @@ class MissionWorkflow:
                 ending = f"failed without a last observation ({_failure_text(error)})"
         finally:
             self._running.discard(child_id)
-            self._ended.add(child_id)
+            self._over.add(child_id)
             self._wake += 1
         # Whatever ended it (a failure, a terminate, a cancellation that could not report), the
         # ledger must not wait for the child: without a last word it is `unknown`, failing closed.
         self._fold_observations()
         if not ends_workload(self._ledger.child(child_id).observed_state):
             self._record_unknown(child_id, f"the workload {ending}: check its runtime task")
+        self._settle_attempts()
+
+    # --- attempts ---------------------------------------------------------------------------
+
+    def _leases_gone(self) -> list[str]:
+        """Running attempts whose lease is gone (running without one is forbidden): noted with
+        why, once each, for the caller to stop. Gone: the engine took it away (requeued after it
+        expired, displaced, preempted; perhaps already granted again, as a new lease), or it is
+        no longer provably current."""
+        gone = []
+        for child_id in sorted(self._running):
+            if child_id in self._stops:
+                continue  # being stopped already
+            request_id = self._request_id(child_id)
+            stop: AttemptStop | None = None
+            if self._admission.interruptions(request_id) != self._marks.get(child_id, 0):
+                stop = _stop_by(self._admission.interrupted[request_id])
+            elif not self._admission.is_current(request_id):
+                decision = self._admission.decisions.get(request_id)
+                state = decision.state if decision is not None else "unknown"
+                stop = _stop_by(decision) if state == "preempted" and decision is not None else AttemptStop(
+                    kind="lapsed", policy=REQUEUE_POLICY,
+                    reason="lease expired" if state == "admitted" else f"lease lost (admission {state})",
+                )
+            if stop is not None:
+                self._stops[child_id] = stop
+                self._ledger = aggregation.mark_stopping(self._ledger, child_id, stop.reason)
+                gone.append(child_id)
+        return gone
+
+    def _settle_attempts(self) -> None:
+        """Judge every attempt that has ended (workflows.mission.attempts): the child is done,
+        or goes on as its next attempt, which starts once its lease is current."""
+        for child_id in sorted(self._over):
+            self._over.discard(child_id)
+            self._attempt_over(child_id)
+
+    def _attempt_over(self, child_id: str) -> None:
+        stop = self._stops.pop(child_id, None)
+        child = self._ledger.child(child_id)
+        closing = self._stop_requested or self._ledger.cancellation is not None or child.cancel_requested
+        backpressure = child.backpressure
+        judgement = judge(
+            stop,
+            observed_state=child.observed_state,
+            retryable_refusal=backpressure is not None and backpressure.retryable,
+            attempt=child.attempt,
+            counted=sum(1 for a in child.attempts if a.attempt < child.attempt and a.counts_against_budget),
+            max_attempts=self._child_specs[child_id].budgets.max_attempts,
+        )
+        request_state = self._admission.state_of(self._request_id(child_id))
+        if judgement.retry and stop is not None and stop.kind not in TAKEN_AWAY and request_state not in ("queued", "admitted"):
+            # The engine has ended the request (out of requeue attempts, ADR-004): nothing to run again under.
+            judgement = Judgement(False, True, f"{stop.reason}; the admission request ended {request_state}")
+        if closing or not judgement.retry:
+            if stop is not None or child.stopping is not None:
+                self._ledger = aggregation.close_attempt(
+                    self._ledger, child_id, why=judgement.why, retry=False, counts=judgement.counts,
+                    interrupted_by=stop.interrupted_by if stop else None, policy=stop.policy if stop else None,
+                    lease_timeout=stop is not None and not closing and stop.kind not in TAKEN_AWAY,
+                )
+                if stop is not None and not closing and request_state in ("queued", "admitted"):
+                    # Its request lives on (requeued): withdraw it, so that it is never admitted again.
+                    self._started.discard(child_id)
+                    self._withdraw.add(child_id)
+                    return
+            self._ended.add(child_id)
+            return
+        workflow.logger.info("workload %s attempt %d: %s", child_id, child.attempt, judgement.why)
+        admission = None
+        if stop is not None and stop.kind == "preempted":
+            # Its request has ended: the next attempt is admitted under a request of its own.
+            request_id = admission_request_id(self._spec.mission_id, child_id, child.attempt + 1)
+            self._requests[child_id] = request_id
+            self._resubmit.add(child_id)
+            admission = ChildAdmission(request_id=request_id)
+        self._ledger = aggregation.close_attempt(
+            self._ledger, child_id, why=judgement.why, retry=True, counts=judgement.counts,
+            interrupted_by=stop.interrupted_by if stop else None, policy=stop.policy if stop else None,
+            admission=admission,
+        )
+        self._started.discard(child_id)
+        self._ended.discard(child_id)
+        self._wake += 1
 
     async def _cancel_children(self, child_ids: list[str], why: str) -> None:
         started = [cid for cid in child_ids if cid in self._running]
@@ -455,7 +602,7 @@ class MissionWorkflow:
         # By workflow id, not through the child handle: a long-lived workload has usually
         # continued-as-new, and only a request by id reaches its current run.
         await asyncio.gather(*(
-            cancel_workload(workload_workflow_id(self._spec.mission_id, child_id)) for child_id in started
+            cancel_workload(self._workload_id(child_id)) for child_id in started
         ))
         if waiting:
             # Never started: take their requests out of the queue so they are never admitted.
@@ -523,7 +670,7 @@ class MissionWorkflow:
             silent = sorted(self._running - self._followed)
             if not silent:
                 continue
-            ids = {workload_workflow_id(self._spec.mission_id, child_id): child_id for child_id in silent}
+            ids = {self._workload_id(child_id): child_id for child_id in silent}
             running = await workflow.execute_local_activity(
                 RUNNING_WORKFLOWS, WorkflowIds(ids=list(ids)), result_type=WorkflowIds,
                 start_to_close_timeout=timedelta(seconds=30), summary="are the silent children still running",
@@ -540,7 +687,8 @@ class MissionWorkflow:
         child = self._ledger.child(child_id)
         workflow.logger.warning("workload %s: %s", child_id, note)
         self._ledger = aggregation.apply_observation(self._ledger, self._spec, ChildObservation(
-            child_id=child_id, kind=child.kind, revision=(child.revision or 0) + 1, observed_state="unknown",
+            child_id=child_id, attempt=child.attempt, kind=child.kind, revision=(child.revision or 0) + 1,
+            observed_state="unknown",
             observed_at=workflow.now(), lineage=child.lineage, note=note,
         ))
 
@@ -629,4 +777,27 @@ class MissionWorkflow:
         workflow.set_current_details(f"mission {self._spec.mission_id} ({self._spec.goal}): {text}")
 
     def _request_id(self, child_id: str) -> str:
-        return admission_request_id(self._spec.mission_id, child_id)
+        """The child's admission request now: its first attempt's, or the one it was admitted
+        again under after a preemption."""
+        return self._requests.get(child_id) or admission_request_id(self._spec.mission_id, child_id)
+
+    def _workload_id(self, child_id: str) -> str:
+        """The workflow id of the child's current attempt."""
+        return workload_workflow_id(self._spec.mission_id, child_id, self._ledger.child(child_id).attempt)
+
+
+def _stop_by(decision: AdmissionDecision) -> AttemptStop:
+    """Why the engine took the lease away, from the decision that said so."""
+    if "displaced" in decision.happened:
+        by = decision.related_request_id
+        return AttemptStop(
+            kind="displaced", interrupted_by=by, policy=LANE_OVERRIDE_POLICY,
+            reason=f"displaced by {by or 'a higher-priority claim'} ({LANE_OVERRIDE_POLICY})",
+        )
+    if "preempted" in decision.happened or decision.state == "preempted":
+        by = decision.related_request_id
+        return AttemptStop(
+            kind="preempted", interrupted_by=by, policy=PREEMPTION_POLICY,
+            reason=f"preempted by {by or 'a higher-priority request'} ({PREEMPTION_POLICY})",
+        )
+    return AttemptStop(kind="requeued", policy=REQUEUE_POLICY, reason="lease expired; requeued by the admission engine")

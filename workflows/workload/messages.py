@@ -12,6 +12,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from workflows.admission.model import Identifier
+from workflows.ids import ATTEMPT_SEPARATOR, MAX_ATTEMPT_NUMBER, attempt_child_id
 from workflows.contract import (
     IsolationKind,
     ReconciliationReport,
@@ -248,6 +249,10 @@ class WorkloadInput(_Message):
     executor_id: Identifier
     runtime_id: Identifier | None = Field(default=None, description="defaults to `<target_id>:<kind>`")
     parent_id: Identifier | None = None
+    # Which attempt of the child this is (workflows.mission.attempts): every id of the fleet record
+    # and of the dispatch is the attempt's own (workflows.ids), so a retry never re-adopts an
+    # earlier attempt's task.
+    attempt: int = Field(default=1, ge=1, le=MAX_ATTEMPT_NUMBER)
     poll_interval_seconds: float = Field(default=1.0, gt=0, le=60)
     watch_max_seconds: float = Field(default=300.0, gt=0, le=3600)
     max_history_events: int = Field(default=5000, ge=20)
@@ -262,11 +267,13 @@ class WorkloadInput(_Message):
     @model_validator(mode="after")
     def _derived_ids_fit(self) -> WorkloadInput:
         # dispatch_id is the longest id derived from these two (see workflows.workload.record).
-        length = len(self.mission_id) + len(self.child.child_id) + len("::dispatch")
+        child = attempt_child_id(self.child.child_id, self.attempt)
+        length = len(self.mission_id) + len(child) + len("::dispatch")
         if length > 256:
+            shown = f"<mission>:<child>{ATTEMPT_SEPARATOR}{self.attempt}" if self.attempt > 1 else "<mission>:<child>"
             raise ValueError(
                 f"mission_id and child.child_id are too long together ({length} characters in "
-                f"'<mission>:<child>:dispatch'); the fleet contract allows 256: shorten one of them"
+                f"'{shown}:dispatch'); the fleet contract allows 256: shorten one of them"
             )
         return self
 

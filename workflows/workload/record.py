@@ -56,10 +56,10 @@ def build_record(input: WorkloadInput, now: datetime) -> WorkloadRecord:
     lineage = Lineage(
         orchestrator_id=input.orchestrator_id,
         mission_id=input.mission_id,
-        dispatch_id=dispatch_id(input.mission_id, child.child_id),
-        idempotency_key=idempotency_key(input.mission_id, child.child_id),
+        dispatch_id=dispatch_id(input.mission_id, child.child_id, input.attempt),
+        idempotency_key=idempotency_key(input.mission_id, child.child_id, input.attempt),
         parent_id=input.parent_id,
-        child_id=fleet_child_id(input.mission_id, child.child_id),
+        child_id=fleet_child_id(input.mission_id, child.child_id, input.attempt),
         target_id=input.target_id,
         executor_id=input.executor_id,
         runtime_id=input.effective_runtime_id,
@@ -100,10 +100,10 @@ def build_record(input: WorkloadInput, now: datetime) -> WorkloadRecord:
 
 def build_dispatch(input: WorkloadInput) -> TaskDispatch:
     child = input.child
-    message_id = dispatch_id(input.mission_id, child.child_id)
+    message_id = dispatch_id(input.mission_id, child.child_id, input.attempt)
     return TaskDispatch(
         message_id=message_id,
-        child_id=fleet_child_id(input.mission_id, child.child_id),
+        child_id=fleet_child_id(input.mission_id, child.child_id, input.attempt),
         kind=child.kind,
         prompt=child.prompt,
         schedule=child.schedule,
@@ -120,7 +120,7 @@ def build_verifier_run(input: WorkloadInput, task_id: str) -> RunVerifier:
     assert child.verifier is not None
     return RunVerifier(
         instance_id=input.target_id,
-        message_id=verifier_message_id(input.mission_id, child.child_id),
+        message_id=verifier_message_id(input.mission_id, child.child_id, input.attempt),
         context_id=context_id(input.mission_id, child.child_id),
         command=child.verifier,
         timeout_seconds=child.budgets.timeout_seconds,
@@ -240,10 +240,12 @@ def observation_of(
     *,
     output: str | None = None,
     note: str | None = None,
+    attempt: int = 1,
 ) -> ChildObservation:
     status = record.status
     return ChildObservation(
         child_id=child_id,
+        attempt=attempt,
         kind=record.kind,
         revision=status.revision,
         observed_state=status.observed_state,

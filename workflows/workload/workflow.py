@@ -139,7 +139,7 @@ class WorkloadWorkflow:
     def __init__(self, input: WorkloadInput) -> None:
         self._input = input
         self._child_id = input.child.child_id
-        self._fleet_id = fleet_child_id(input.mission_id, input.child.child_id)
+        self._fleet_id = fleet_child_id(input.mission_id, input.child.child_id, input.attempt)
         carried = input.carried
         self._task_id: str | None = carried.task_id if carried else None
         self._reported = carried.reported_revision if carried else -1
@@ -209,6 +209,7 @@ class WorkloadWorkflow:
                 raise
             observation = ChildObservation(
                 child_id=self._child_id,
+                attempt=self._input.attempt,
                 kind=record.kind,
                 revision=0,
                 observed_state="failed",
@@ -419,7 +420,7 @@ class WorkloadWorkflow:
             view = await self._call(GET_TASK, ref, TaskView)
             self._output, self._output_sha256 = view.output, sha256
         note, self._note = self._note, None
-        await self._send(observation_of(record, self._child_id, output=self._output, note=note), signal=not in_result)
+        await self._send(observation_of(record, self._child_id, output=self._output, note=note, attempt=self._input.attempt), signal=not in_result)
 
     async def _send(self, observation: ChildObservation, *, signal: bool = True) -> None:
         self._last = observation
