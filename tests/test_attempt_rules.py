@@ -12,6 +12,8 @@ from hypothesis import strategies as st
 
 from workflows.contract import Backpressure, Lineage
 from workflows.ids import (
+    context_id,
+    verifier_message_id,
     MAX_ATTEMPT_NUMBER,
     admission_request_id,
     dispatch_id,
@@ -30,7 +32,9 @@ from workflows.mission.aggregation import (
 from workflows.mission.attempts import AttemptStop, judge
 from workflows.mission.ledger import ChildAdmission
 from workflows.mission.observation import ChildObservation
-from workflows.mission.spec import MissionSpec
+from workflows.mission.spec import ChildSpec, MissionSpec
+from workflows.workload.messages import WorkloadInput
+from workflows.workload.record import build_dispatch, build_verifier_run
 from worker.ledger_view import render_ledger
 
 T0 = datetime(2026, 12, 1, 12, 0, tzinfo=timezone.utc)
@@ -78,10 +82,26 @@ def test_an_attempt_that_succeeded_before_it_was_stopped_is_not_run_again(stop):
 
 @given(st.integers(min_value=1, max_value=MAX_ATTEMPT_NUMBER), st.integers(min_value=1, max_value=MAX_ATTEMPT_NUMBER))
 def test_every_attempt_has_ids_of_its_own_and_the_first_keeps_the_plain_ones(a, b):
-    builds = (admission_request_id, dispatch_id, fleet_child_id, idempotency_key, workload_workflow_id)
+    builds = (admission_request_id, dispatch_id, fleet_child_id, idempotency_key, workload_workflow_id,
+              verifier_message_id, context_id)
     for build in builds:
         assert (build("m", "c", a) == build("m", "c", b)) == (a == b)
         assert build("m", "c", 1) == build("m", "c")
+
+
+def test_a_verifier_runs_in_its_attempts_workspace_and_an_agent_keeps_one_session() -> None:
+    """A retried command's verifier must not see what an earlier attempt left in the shared
+    workspace (tasks of one A2A context share one); a persistent agent's session goes on."""
+    def input(kind: str, attempt: int, **child: object) -> WorkloadInput:
+        return WorkloadInput(mission_id="m", orchestrator_id="o", target_id="t", executor_id="e", attempt=attempt,
+                             child=ChildSpec(child_id="c", kind=kind, prompt="true", **child))  # type: ignore[arg-type]
+
+    checked = [build_dispatch(input("one-shot-command", n, verifier="true")).context_id for n in (1, 2)]
+    assert checked == ["m:c:context", "m:c:attempt-2:context"]
+    assert build_verifier_run(input("one-shot-command", 2, verifier="true"), "task-2").context_id == checked[1]
+    agent = {build_dispatch(input("persistent-agent", n)).context_id for n in (1, 2, 3)}
+    assert agent == {"m:c:context"}
+    assert build_dispatch(input("one-shot-command", 2)).context_id is None  # nothing shares its workspace
 
 
 def test_a_child_id_that_looks_like_an_attempt_id_is_refused():

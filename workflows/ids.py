@@ -71,8 +71,10 @@ def verifier_message_id(mission_id: str, child_id: str, attempt: int = 1) -> str
     return f"{mission_id}:{attempt_child_id(child_id, attempt)}:verify"
 
 
-def context_id(mission_id: str, child_id: str) -> str:
-    """The A2A `contextId` of the child's tasks, the same for every attempt: a persistent agent's
-    session, and what lets a verifier see the command's files (tasks of one context share a
-    workspace). Never longer than `dispatch_id`."""
-    return f"{mission_id}:{child_id}:context"
+def context_id(mission_id: str, child_id: str, attempt: int = 1) -> str:
+    """The A2A `contextId` of a child's tasks. Tasks of one context share a workspace, so a
+    verifier sent in its attempt's context sees the files the command left. A persistent agent
+    names the context of attempt 1 in every attempt: its session goes on. A checked command
+    names its own attempt's: a verifier never sees what an earlier attempt left. Never longer
+    than `dispatch_id`."""
+    return f"{mission_id}:{attempt_child_id(child_id, attempt)}:context"

@@ -110,8 +110,19 @@ def build_dispatch(input: WorkloadInput) -> TaskDispatch:
         # The executor gives a task a contextId only when its message carries one
         # (agentic-sandbox-executor handlers/send_message.rs), so the conductor names it, stably:
         # a persistent agent's session (bound to the record), and the context its verifier runs in.
-        context_id=context_id(input.mission_id, child.child_id) if child.kind == "persistent-agent" or child.verifier else None,
+        context_id=task_context_id(input),
     )
+
+
+def task_context_id(input: WorkloadInput) -> str | None:
+    """A persistent agent's session, one for all its attempts; a checked command's workspace,
+    one per attempt (`workflows.ids.context_id`); None for the others."""
+    child = input.child
+    if child.kind == "persistent-agent":
+        return context_id(input.mission_id, child.child_id)
+    if child.verifier is not None:
+        return context_id(input.mission_id, child.child_id, input.attempt)
+    return None
 
 
 def build_verifier_run(input: WorkloadInput, task_id: str) -> RunVerifier:
@@ -121,7 +132,7 @@ def build_verifier_run(input: WorkloadInput, task_id: str) -> RunVerifier:
     return RunVerifier(
         instance_id=input.target_id,
         message_id=verifier_message_id(input.mission_id, child.child_id, input.attempt),
-        context_id=context_id(input.mission_id, child.child_id),
+        context_id=context_id(input.mission_id, child.child_id, input.attempt),
         command=child.verifier,
         timeout_seconds=child.budgets.timeout_seconds,
         checked_task_id=task_id,
