@@ -276,34 +276,16 @@ class ExecutorService:
                 shown = schedule if len(schedule) <= 80 else schedule[:77] + "..."
                 raise SubstrateError(422, "executor.invalid_schedule", f"schedule {shown!r}: {error}") from None
 
-        task_id = f"task-{uuid.uuid4().hex}"
-        context_id = message.context_id  # kept only when the message carried one (send_message.rs)
-        state = record.status.observed_state
         refusal = None
+        state = record.status.observed_state
         if record.lineage.task_id is not None:
             refusal = f"workload {runtime.child_id!r} is already bound to task {record.lineage.task_id!r}"
         elif state in TERMINAL_OBSERVED_STATES or state in REVIEW_REQUIRED_STATES:
             refusal = f"workload {runtime.child_id!r} is {state!r} and cannot start again"
         elif record.spec.desired_state in ("stopped", "cancelled"):
             refusal = f"workload {runtime.child_id!r} has desired_state {record.spec.desired_state!r}"
-        task = TaskRow(
-            task_id=task_id,
-            message_id=message.message_id,
-            message_sha256=fingerprint,
-            instance_id=instance.id,
-            child_id=runtime.child_id,
-            context_id=context_id or "",
-            kind=record.kind,
-            state="rejected" if refusal else "submitted",
-            status_text=refusal,
-            updated_at=timestamp(),
-            request={"prompt": prompt, "timeout_seconds": timeout, "schedule": schedule},
-            artifacts=[],
-            terminal_at=timestamp() if refusal else None,
-            status_extra={"task_id": task_id, **({"error": refusal} if refusal else {})},
-        )
-        self._store.insert_task(task)
-        return task
+        request = {"prompt": prompt, "timeout_seconds": timeout, "schedule": schedule}
+        return self._insert_task(instance, message, fingerprint, runtime.child_id, record.kind, request, refusal)
 
     def _admit_plain_task(
         self, instance: Instance, message: Message, runtime: RuntimeDispatch, prompt: str, fingerprint: str
@@ -314,23 +296,30 @@ class ExecutorService:
             )
         if runtime.schedule is not None:
             raise _invalid("a schedule belongs to a scheduled-collector's record: name it with `child_id`")
+        request = {"prompt": prompt, "timeout_seconds": runtime.timeout_seconds or PLAIN_TASK_TIMEOUT_SECONDS, "schedule": None}
+        return self._insert_task(instance, message, fingerprint, "", "one-shot-command", request, None)
+
+    def _insert_task(
+        self, instance: Instance, message: Message, fingerprint: str, child_id: str, kind: str,
+        request: dict[str, Any], refusal: str | None,
+    ) -> TaskRow:
+        """A new task row: `submitted`, or `rejected` with why when the record cannot start one."""
         task_id = f"task-{uuid.uuid4().hex}"
         task = TaskRow(
             task_id=task_id,
             message_id=message.message_id,
             message_sha256=fingerprint,
             instance_id=instance.id,
-            child_id="",
-            context_id=message.context_id or "",
-            kind="one-shot-command",
-            state="submitted",
-            status_text=None,
+            child_id=child_id,
+            context_id=message.context_id or "",  # kept only when the message carried one (send_message.rs)
+            kind=kind,
+            state="rejected" if refusal else "submitted",
+            status_text=refusal,
             updated_at=timestamp(),
-            request={"prompt": prompt, "timeout_seconds": runtime.timeout_seconds or PLAIN_TASK_TIMEOUT_SECONDS,
-                     "schedule": None},  # fmt: skip
+            request=request,
             artifacts=[],
-            terminal_at=None,
-            status_extra={"task_id": task_id},
+            terminal_at=timestamp() if refusal else None,
+            status_extra={"task_id": task_id, **({"error": refusal} if refusal else {})},
         )
         self._store.insert_task(task)
         return task

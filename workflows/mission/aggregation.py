@@ -80,7 +80,7 @@ from workflows.mission.ledger import (
     ReviewDecision,
     VerdictState,
 )
-from workflows.mission.attempts import judge
+from workflows.mission.attempts import AttemptStop, Judgement, judge
 from workflows.mission.observation import ChildObservation
 from workflows.mission.spec import MissionSpec, Quorum
 from workflows.workload.record import fleet_child_id
@@ -95,6 +95,7 @@ __all__ = [
     "apply_admission",
     "start_attempt",
     "close_attempt",
+    "judge_attempt",
     "mark_stopping",
     "apply_review",
     "review_refusal",
@@ -375,16 +376,22 @@ def _awaiting_retry(child: ChildLedger, spec: MissionSpec) -> ChildLedger:
     attempt (`close_attempt`), so until then the child stays pending, never failed for a moment."""
     if child.stopping is not None or not child.attempts or child.observed_state not in TERMINAL_OBSERVED_STATES:
         return child
+    max_attempts = next(c.budgets.max_attempts for c in spec.children if c.child_id == child.child_id)
+    judged = judge_attempt(child, None, max_attempts)
+    return child.model_copy(update={"stopping": judged.why}) if judged.retry else child
+
+
+def judge_attempt(child: ChildLedger, stop: AttemptStop | None, max_attempts: int) -> Judgement:
+    """`workflows.mission.attempts.judge` for the child's current attempt, as its ledger row has it."""
     backpressure = child.backpressure
-    judged = judge(
-        None,
+    return judge(
+        stop,
         observed_state=child.observed_state,
         retryable_refusal=backpressure is not None and backpressure.retryable,
         attempt=child.attempt,
         counted=sum(1 for a in child.attempts if a.attempt < child.attempt and a.counts_against_budget),
-        max_attempts=next(c.budgets.max_attempts for c in spec.children if c.child_id == child.child_id),
+        max_attempts=max_attempts,
     )
-    return child.model_copy(update={"stopping": judged.why}) if judged.retry else child
 
 
 def start_attempt(

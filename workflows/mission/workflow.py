@@ -44,7 +44,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.admission.model import LANE_OVERRIDE_POLICY, PREEMPTION_POLICY, REQUEUE_POLICY, AdmissionRequest
     from workflows.ids import ATTEMPT_SEPARATOR
     from workflows.mission import aggregation
-    from workflows.mission.attempts import TAKEN_AWAY, AttemptStop, Judgement, judge
+    from workflows.mission.attempts import TAKEN_AWAY, AttemptStop, Judgement
     from workflows.mission.ledger import (
         WRITE_LEDGER_SNAPSHOT_ACTIVITY,
         ChildAdmission,
@@ -550,15 +550,7 @@ class MissionWorkflow:
         stop = self._stops.pop(child_id, None)
         child = self._ledger.child(child_id)
         closing = self._stop_requested or self._ledger.cancellation is not None or child.cancel_requested
-        backpressure = child.backpressure
-        judgement = judge(
-            stop,
-            observed_state=child.observed_state,
-            retryable_refusal=backpressure is not None and backpressure.retryable,
-            attempt=child.attempt,
-            counted=sum(1 for a in child.attempts if a.attempt < child.attempt and a.counts_against_budget),
-            max_attempts=self._child_specs[child_id].budgets.max_attempts,
-        )
+        judgement = aggregation.judge_attempt(child, stop, self._child_specs[child_id].budgets.max_attempts)
         request_state = self._admission.state_of(self._request_id(child_id))
         if judgement.retry and stop is not None and stop.kind not in TAKEN_AWAY and request_state not in ("queued", "admitted"):
             # The engine has ended the request (out of requeue attempts, ADR-004): nothing to run again under.
