@@ -50,7 +50,8 @@ async def test_a_displaced_child_is_stopped_waits_queued_and_succeeds_as_attempt
         "lane_wip_limits": {"deploy": 1}, "priority_admission": PriorityAdmission(enabled=True),
     })
     async with mission_harness(dev_client, substrate, tmp_path, policy=policy) as h:
-        low = parse_spec(h.spec("low", [one_shot("job", "sleep 3; echo low-done", lane="deploy", priority_class="P3")]))
+        gate = tmp_path / "gate"  # the job ends only once displaced and back: no race with a slow machine
+        low = parse_spec(h.spec("low", [one_shot("job", f"while [ ! -e {gate} ]; do sleep 0.1; done; echo low-done", lane="deploy", priority_class="P3")]))
         await h.control.start(low)
 
         async def running() -> bool:
@@ -70,6 +71,7 @@ async def test_a_displaced_child_is_stopped_waits_queued_and_succeeds_as_attempt
         waiting = await h.until(displaced_and_queued, "the displaced child back in the queue as attempt 2")
         assert waiting.observed_state == "blocked" and waiting.outcome == "pending"  # never a failure
         assert not process_alive(first_task["pid"]), "a displaced attempt kept running without a lease"
+        gate.touch()
         urgent_ledger = await h.control.handle(urgent.mission_id).result()
         assert urgent_ledger.parent_state == "completed"
 
@@ -103,6 +105,7 @@ async def test_a_lease_that_expired_while_the_worker_was_down_is_requeued_and_th
     budget of one attempt it withdraws the request instead, and the child ends timed-out."""
     policy = POLICY.model_copy(update={"lease_ttl_seconds": 3, "max_requeue_attempts": 20})
     suffix = uuid.uuid4().hex[:8]
+    gate = tmp_path / "gate"
     host_group = f"hg-{suffix}"
     async with mission_harness(dev_client, substrate, tmp_path / "admission", policy=policy) as admission_side:
         await set_policy_with_start(
@@ -110,8 +113,11 @@ async def test_a_lease_that_expired_while_the_worker_was_down_is_requeued_and_th
             search_attributes=False,
         )
         async with mission_harness(dev_client, substrate, tmp_path / "mission", policy=policy, suffix=suffix) as h:
+            # It ends only once the test opens the gate: its lease expires while it runs, however
+            # slow the machine, and only an attempt started after the requeue may finish.
             spec = parse_spec(h.spec("requeue", [one_shot(
-                "job", "sleep 6; echo finished", budgets={"max_attempts": budget, "timeout_seconds": 60},
+                "job", f"while [ ! -e {gate} ]; do sleep 0.1; done; echo finished",
+                budgets={"max_attempts": budget, "timeout_seconds": 60},
             )]))
             await h.control.start(spec)
 
@@ -127,6 +133,13 @@ async def test_a_lease_that_expired_while_the_worker_was_down_is_requeued_and_th
 
         await admission_side.until(requeued, "the engine requeueing the expired lease", within=30)
         async with mission_harness(dev_client, substrate, tmp_path / "mission", policy=policy, suffix=suffix) as h:
+            if budget > 1:
+                async def attempt_2_running() -> bool:
+                    second = substrate_tasks(substrate, fleet_child_id(spec.mission_id, "job", 2))
+                    return not process_alive(first_task["pid"]) and bool(second)
+
+                await h.until(attempt_2_running, "attempt 1 stopped and attempt 2 started", within=60)
+                gate.touch()
             final = await asyncio.wait_for(h.control.handle(spec.mission_id).result(), timeout=90)
         assert not process_alive(first_task["pid"])
         if budget == 1:
@@ -242,7 +255,8 @@ async def test_a_preempted_child_is_admitted_again_under_a_new_request_without_c
 ):
     policy = POLICY.model_copy(update={"max_concurrent": 1, "runtime_quotas": {"host": 1}, "allow_preemption": True})
     async with mission_harness(dev_client, substrate, tmp_path, policy=policy) as h:
-        victim = parse_spec(h.spec("victim", [one_shot("job", "sleep 3; echo victim-done", preemptible=True)]))
+        gate = tmp_path / "gate"  # the job ends only after it was preempted: no race with a slow machine
+        victim = parse_spec(h.spec("victim", [one_shot("job", f"while [ ! -e {gate} ]; do sleep 0.1; done; echo victim-done", preemptible=True)]))
         await h.control.start(victim)
 
         async def running() -> bool:
@@ -254,6 +268,7 @@ async def test_a_preempted_child_is_admitted_again_under_a_new_request_without_c
         urgent = parse_spec(h.spec("urgent", [one_shot("fix", "sleep 1; echo urgent-done", priority=9)]))
         await h.control.start(urgent)
         assert (await h.control.handle(urgent.mission_id).result()).parent_state == "completed"
+        gate.touch()  # the urgent one ran, so the victim's first attempt was preempted
         final = await asyncio.wait_for(h.control.handle(victim.mission_id).result(), timeout=60)
         assert final.parent_state == "completed", final.aggregation.reason
         job = final.child("job")
@@ -277,8 +292,9 @@ async def test_an_executor_refusal_that_says_it_is_retryable_is_tried_again_with
     replaced while attempt 2 runs, and the attempt is re-adopted, never started twice."""
     async with mission_harness(dev_client, substrate, tmp_path) as h:
         suffix = h.suffix
+        gate = tmp_path / "gate"  # attempts end only once attempt 2 runs: no race with a slow machine
         spec = parse_spec(h.spec("refused", [one_shot(
-            "job", "sleep 3; echo done", budgets={"max_attempts": 2, "timeout_seconds": 60},
+            "job", f"while [ ! -e {gate} ]; do sleep 0.1; done; echo done", budgets={"max_attempts": 2, "timeout_seconds": 60},
         )]))
         await h.control.start(spec)
 
@@ -300,16 +316,18 @@ async def test_an_executor_refusal_that_says_it_is_retryable_is_tried_again_with
                     break
                 except StaleRevision:
                     continue
-        if not restart:
-            final = await asyncio.wait_for(h.control.handle(spec.mission_id).result(), timeout=60)
-        else:
-            async def attempt_2_running() -> bool:
-                child = (await h.control.show(spec.mission_id)).child("job")
-                return child.attempt == 2 and child.lineage is not None and child.lineage.task_id is not None
 
-            await h.until(attempt_2_running, "attempt 2 running")
+        async def attempt_2_running() -> bool:
+            child = (await h.control.show(spec.mission_id)).child("job")
+            return child.attempt == 2 and child.lineage is not None and child.lineage.task_id is not None
+
+        await h.until(attempt_2_running, "attempt 2 running")
+        if not restart:
+            gate.touch()
+            final = await asyncio.wait_for(h.control.handle(spec.mission_id).result(), timeout=60)
     if restart:
         async with mission_harness(dev_client, substrate, tmp_path, suffix=suffix) as h:
+            gate.touch()  # attempt 2 ran on while no worker was up; it ends under the new one
             final = await asyncio.wait_for(h.control.handle(spec.mission_id).result(), timeout=60)
     assert final.parent_state == "completed", final.aggregation.reason
     assert len(substrate_tasks(substrate, fleet_child_id(spec.mission_id, "job", 2))) == 1
