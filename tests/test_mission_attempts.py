@@ -223,7 +223,10 @@ async def test_two_orchestrators_flooding_one_host_group_share_it_by_weight_with
         "fair_share": FairShare(weights={"heavy": 2, "light": 1}),
     })
     async with mission_harness(dev_client, substrate, tmp_path, policy=policy) as h:
-        flood = [one_shot(f"c{i}", "sleep 2; echo done") for i in range(6)]
+        # Each child ends only once the gate opens (the light orchestrator queued, however slow the
+        # machine), then one second after the one before it: places free up one at a time.
+        gate = tmp_path / "gate"
+        flood = [one_shot(f"c{i}", f"while [ ! -e {gate} ]; do sleep 0.1; done; sleep {i}; echo done") for i in range(6)]
         heavy = parse_spec(h.spec("heavy", flood, orchestrator_id="heavy", require_distinct_targets=False))
         light = parse_spec(h.spec("light", flood, orchestrator_id="light", require_distinct_targets=False))
         await h.control.start(heavy)
@@ -233,6 +236,14 @@ async def test_two_orchestrators_flooding_one_host_group_share_it_by_weight_with
 
         await h.until(heavy_holds_all, "the first orchestrator holding every place")
         await h.control.start(light)
+
+        async def light_queued() -> bool:
+            handle = dev_client.get_workflow_handle(admission_workflow_id(heavy.host_group))
+            rows = await handle.query("queue", 1000, result_type=list[QueueRow])
+            return sum(row.request_id.startswith(f"{light.mission_id}:") for row in rows) == 6
+
+        await h.until(light_queued, "the light orchestrator's requests queued")
+        gate.touch()
 
         async def shares():
             held = Counter(row.request_id.split(":")[0].split("-")[0] for row in await _leases(dev_client, heavy.host_group))
