@@ -69,7 +69,7 @@ from workflows.workload.messages import (
     DEFAULT_OUTPUT_CHARS,
     DISPATCH_AND_READ,
     DISPATCH_TASK,
-    GET_TASK,
+    READ_OUTPUT,
     GET_WORKLOAD,
     LIST_TARGETS,
     OBSERVE_WORKLOAD,
@@ -91,6 +91,7 @@ from workflows.workload.messages import (
     Refusal,
     RunVerifier,
     TargetList,
+    TaskOutput,
     TaskRef,
     TaskView,
     VerifierRun,
@@ -107,6 +108,11 @@ FIRST_POLL_SECONDS = 0.05
 MAX_BIND_ATTEMPTS = 10
 
 
+def cut_output(output: str | None, max_output_chars: int) -> TaskOutput:
+    truncated = output is not None and len(output) > max_output_chars
+    return TaskOutput(output=output[:max_output_chars] if output is not None else None, output_truncated=truncated)
+
+
 def task_view(
     instance_id: str, task: Task, max_output_chars: int, artifacts: TaskArtifacts | None = None
 ) -> TaskView:
@@ -115,17 +121,16 @@ def task_view(
     output = artifacts.output("stdout") if artifacts is not None else None
     if output is None:
         output = task.artifact_text("result")
-    truncated = output is not None and len(output) > max_output_chars
-    status_text = task.status_text()
+    cut = cut_output(output, max_output_chars)
     return TaskView(
         instance_id=instance_id,
         task_id=task.id,
         context_id=task.context_id,
         state=task.status.state,
-        status_text=status_text,
+        status_text=task.status_text(),
         artifact_names=[a.name or a.artifact_id for a in task.artifacts or ()],
-        output=output[:max_output_chars] if output is not None else None,
-        output_truncated=truncated,
+        output=cut.output,
+        output_truncated=cut.output_truncated,
     )
 
 
@@ -196,7 +201,7 @@ class FleetActivities:
             self.observe_workload,
             self.watch_workload,
             self.admit_and_dispatch,
-            self.get_task,
+            self.read_output,
             self.cancel_task,
             self.run_verifier,
             self.reconcile,
@@ -368,7 +373,7 @@ class FleetActivities:
             record = await self._call(GET_WORKLOAD, lambda: fleet.get(request.child_id))
         if output_version(record) is None:
             return Dispatched(task=task, record=record)
-        ended = await self.get_task(
+        ended = await self.read_output(
             TaskRef(instance_id=request.dispatch.instance_id, task_id=task.task_id, max_output_chars=request.max_output_chars)
         )
         return Dispatched(task=task, record=record, output=ended)
@@ -424,22 +429,19 @@ class FleetActivities:
             return AdmittedAndDispatched(admitted=admitted, dispatch_refused=Refusal(type=TASK_REJECTED, message=reason))
         return AdmittedAndDispatched(admitted=admitted, dispatched=dispatched)
 
-    @activity.defn(name=GET_TASK)
-    async def get_task(self, request: TaskRef) -> TaskView:
-        """The task and, unless no output is wanted, its stdout from the artifacts route."""
+    @activity.defn(name=READ_OUTPUT)
+    async def read_output(self, request: TaskRef) -> TaskOutput:
+        """What the task wrote to stdout, from the artifacts route alone (the real server's only
+        place for it): the record already said how the task stands, so the task is not read too."""
         _, executor = self._clients()
 
-        async def read() -> tuple[Task, TaskArtifacts | None]:
-            task = await executor.get_task(request.instance_id, request.task_id)
-            if request.max_output_chars == 0:
-                return task, None
+        async def read() -> str | None:
             try:
-                return task, await executor.artifacts(request.instance_id, request.task_id)
+                return (await executor.artifacts(request.instance_id, request.task_id)).output("stdout")
             except NotFound:  # an executor without the artifacts route: the task's own artifacts
-                return task, None
+                return (await executor.get_task(request.instance_id, request.task_id)).artifact_text("result")
 
-        task, artifacts = await self._call(GET_TASK, read)
-        return task_view(request.instance_id, task, request.max_output_chars, artifacts)
+        return cut_output(await self._call(READ_OUTPUT, read), request.max_output_chars)
 
     @activity.defn(name=CANCEL_TASK)
     async def cancel_task(self, request: TaskRef) -> TaskView:
@@ -505,4 +507,4 @@ class FleetActivities:
         )
 
 
-_EXECUTOR_OPERATIONS = frozenset({DISPATCH_TASK, GET_TASK, CANCEL_TASK, RUN_VERIFIER})
+_EXECUTOR_OPERATIONS = frozenset({DISPATCH_TASK, READ_OUTPUT, CANCEL_TASK, RUN_VERIFIER})

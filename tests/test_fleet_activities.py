@@ -126,7 +126,7 @@ async def test_wrong_token_says_which_variable_to_fix_without_showing_any_token(
         with pytest.raises(ApplicationError) as refused:
             await run(wrong.get_workload, WorkloadRef(child_id="anything"))
         with pytest.raises(ApplicationError) as refused_task:
-            await run(wrong.get_task, TaskRef(instance_id="local-1", task_id="task-x"))
+            await run(wrong.read_output, TaskRef(instance_id="local-1", task_id="task-x"))
     finally:
         await wrong.aclose()
     assert refused.value.type == "auth.unauthorized" and refused.value.non_retryable
@@ -211,10 +211,10 @@ async def test_dispatch_is_idempotent_and_the_task_carries_the_output(
     assert [t["task_id"] for t in substrate_tasks(substrate, child)] == [first.task_id]
 
     await wait_state(fleet_activities, child, "succeeded")
-    task = await run(fleet_activities.get_task, TaskRef(instance_id="local-1", task_id=first.task_id))
+    task = await run(fleet_activities.read_output, TaskRef(instance_id="local-1", task_id=first.task_id))
     # The output is read from the artifacts route, as the real executor serves it.
-    assert task.state == "completed" and task.output == "hello\n"
-    short = await run(fleet_activities.get_task, TaskRef(instance_id="local-1", task_id=first.task_id, max_output_chars=2))
+    assert task.output == "hello\n" and not task.output_truncated
+    short = await run(fleet_activities.read_output, TaskRef(instance_id="local-1", task_id=first.task_id, max_output_chars=2))
     assert short.output == "he" and short.output_truncated
 
     # Cancelling a task that already ended is not an error: it is returned as it ended.

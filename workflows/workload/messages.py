@@ -32,7 +32,7 @@ ADMIT_AND_DISPATCH = "admit_and_dispatch"
 OBSERVE_WORKLOAD = "observe_workload"
 WATCH_WORKLOAD = "watch_workload"
 DISPATCH_TASK = "dispatch_task"
-GET_TASK = "get_task"
+READ_OUTPUT = "read_output"
 CANCEL_TASK = "cancel_task"
 RECONCILE = "reconcile"
 RUN_VERIFIER = "run_verifier"
@@ -190,6 +190,13 @@ class VerifierRun(_Message):
     status_sha256: str = Field(pattern=r"^[0-9a-f]{64}$")  # of the task's status as read: the evidence's hash
 
 
+class TaskOutput(_Message):
+    """What a task wrote to stdout (its artifacts), cut to the caller's `max_output_chars`."""
+
+    output: str | None = None
+    output_truncated: bool = False
+
+
 class DispatchAndRead(_Message):
     """Dispatch, then read the workload's record back (and the result's text if it has one)."""
 
@@ -202,7 +209,7 @@ class DispatchAndRead(_Message):
 class Dispatched(_Message):
     task: TaskView  # as accepted (or rejected) by the executor
     record: WorkloadRecord  # read right after the dispatch
-    output: TaskView | None = None  # the task again, with its text, if the record names a result
+    output: TaskOutput | None = None  # the task's text, once the record promises some (`output_version`)
 
 
 class AdmitAndDispatch(_Message):

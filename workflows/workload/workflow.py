@@ -53,9 +53,9 @@ with workflow.unsafe.imports_passed_through():
     from workflows.workload.messages import (
         ADMIT_AND_DISPATCH,
         CANCEL_TASK,
-        GET_TASK,
         GET_WORKLOAD,
         OBSERVE_WORKLOAD,
+        READ_OUTPUT,
         RUN_VERIFIER,
         VERIFIER_GRACE_SECONDS,
         WATCH_WORKLOAD,
@@ -67,6 +67,7 @@ with workflow.unsafe.imports_passed_through():
         Observed,
         ObserveWorkload,
         RuntimeIdentityUpdate,
+        TaskOutput,
         TaskRef,
         TaskView,
         VerifierRun,
@@ -417,7 +418,7 @@ class WorkloadWorkflow:
         sha256 = output_version(record)
         if sha256 is not None and sha256 != self._output_sha256 and task_id is not None:
             ref = TaskRef(instance_id=self._input.target_id, task_id=task_id, max_output_chars=self._input.max_output_chars)
-            view = await self._call(GET_TASK, ref, TaskView)
+            view = await self._call(READ_OUTPUT, ref, TaskOutput)
             self._output, self._output_sha256 = view.output, sha256
         note, self._note = self._note, None
         await self._send(observation_of(record, self._child_id, output=self._output, note=note, attempt=self._input.attempt), signal=not in_result)
