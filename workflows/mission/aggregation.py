@@ -174,7 +174,7 @@ def evidence_of(child: ChildLedger) -> tuple[Evidence, ...]:
             source = "executor"
         elif task is not None and artifact.kind == "verifier":
             source = "conductor-verifier"
-        rows.append(Evidence(kind=artifact.kind, uri=artifact.uri, source=source, task_id=task))
+        rows.append(Evidence(kind=artifact.kind, source=source, task_id=task))
     return tuple(rows)
 
 

@@ -109,7 +109,8 @@ EvidenceSource = Literal["executor", "conductor-verifier", "observation"]
 
 
 class Evidence(_LedgerModel):
-    """One artifact of the child's record and who produced it.
+    """Who produced one artifact of the child's record: row i is `artifacts[i]`'s (its URI is
+    there, not repeated here, since every snapshot stores the whole ledger).
 
     - executor: the substrate projected it from the child's own task (its `log` and `result`);
     - conductor-verifier: the conductor ran the child's verifier as a task of its own (`task_id`)
@@ -118,7 +119,6 @@ class Evidence(_LedgerModel):
     """
 
     kind: ArtifactKind
-    uri: str
     source: EvidenceSource
     task_id: str | None = None  # the task the artifact's `sandbox://tasks/<id>/...` URI names
 
