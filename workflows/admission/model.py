@@ -215,6 +215,15 @@ class Renew(_Strict):
     lease_revision: int | None = None
 
 
+class Extend(_Strict):
+    """Renew leases as of `renewed_at` (when their holder sent the renewal): no event, no new
+    lease revision. What a requester renewal (`RenewBatch.everything`) becomes in the engine."""
+
+    op: Literal["extend"] = "extend"
+    request_ids: list[str]
+    renewed_at: AwareDatetime
+
+
 class Release(_Strict):
     op: Literal["release"] = "release"
     request_id: str
@@ -240,7 +249,7 @@ class SetPolicy(_Strict):
 
 
 Operation = Annotated[
-    Union[Submit, Renew, Release, Cancel, Reconcile, TakeSnapshot, SetPolicy],
+    Union[Submit, Renew, Extend, Release, Cancel, Reconcile, TakeSnapshot, SetPolicy],
     Field(discriminator="op"),
 ]
 
