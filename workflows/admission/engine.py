@@ -1225,15 +1225,19 @@ def _renew(state: EngineState, changes: _Changes, op: Renew) -> Rec | OpResult:
 
 
 def _extend(state: EngineState, op: Extend) -> OpResult:
-    """Applied before the operation's first tick: the renewal took effect when it was sent, so a
-    lease still alive then is not expired by this pass. A lease that had already run out when the
-    renewal was sent is not brought back, and no lease is shortened."""
-    at_us = min(to_micros(op.renewed_at), state.now_us)
-    expires_us = at_us + state.lease_ttl_us
+    """Applied before the operation's first tick: a renewal took effect when it was sent (never
+    later than now), so a lease still alive then is not expired by this pass. A lease that had
+    already run out when the renewal was sent is not brought back, and no lease is shortened."""
+    now_us = state.now_us
+    ttl_us = state.lease_ttl_us
     records = state.records
-    for request_id in op.request_ids:
+    for request_id, renewed_at in op.renewals.items():
         rec = records.get(request_id)
-        if rec is None or rec.state != "admitted" or rec.lease_expires_us <= at_us or rec.lease_expires_us >= expires_us:
+        if rec is None or rec.state != "admitted":
+            continue
+        at_us = min(to_micros(renewed_at), now_us)
+        expires_us = at_us + ttl_us
+        if rec.lease_expires_us <= at_us or rec.lease_expires_us >= expires_us:
             continue
         rec.lease_expires_us = expires_us
         heapq.heappush(state.lease_heap, (expires_us, request_id))

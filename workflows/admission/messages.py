@@ -38,8 +38,20 @@ class LeaseRef(_Message):
 
 
 class RenewBatch(_Message):
+    """Either named leases (`leases`, each renewed now with a new lease revision and a decision
+    back) or a requester renewal (`everything`): every lease this requester holds, renewed as of
+    `sent_at`, with no per-lease payload, no decision back and no audit event (docs/scaling.md)."""
+
     requester: str
-    leases: list[LeaseRef]
+    leases: list[LeaseRef] = Field(default_factory=list)
+    everything: bool = False
+    # The requester's workflow time when it sent the signal: a requester renewal takes effect
+    # then (the singleton never takes a later moment than its own clock), and the requester
+    # counts its leases current until sent_at + TTL once the signal is delivered in time.
+    sent_at: datetime | None = None
+    # When the renewal was due (a third of the TTL into the lease): the singleton's history then
+    # shows how late renewals are decided (bench/admission_sustained.py reads it).
+    due_at: datetime | None = None
 
 
 class ReleaseBatch(_Message):

@@ -216,12 +216,12 @@ class Renew(_Strict):
 
 
 class Extend(_Strict):
-    """Renew leases as of `renewed_at` (when their holder sent the renewal): no event, no new
-    lease revision. What a requester renewal (`RenewBatch.everything`) becomes in the engine."""
+    """Renew leases, each as of when its holder sent the renewal (request id -> that moment): no
+    event, no new lease revision. What the requester renewals (`RenewBatch.everything`) of one
+    decision pass become in the engine: one operation, so that none is expired by another's tick."""
 
     op: Literal["extend"] = "extend"
-    request_ids: list[str]
-    renewed_at: AwareDatetime
+    renewals: dict[str, AwareDatetime]
 
 
 class Release(_Strict):

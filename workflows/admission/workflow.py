@@ -50,6 +50,7 @@ with workflow.unsafe.imports_passed_through():
         AdmissionRequest,
         AuditEvent,
         Cancel,
+        Extend,
         OpResult,
         Reconcile,
         Release,
@@ -84,6 +85,10 @@ class AdmissionWorkflow:
             self._inbox = list(carried.inbox)
             self._recent = deque(carried.recent_audit, maxlen=input.recent_audit_events)
             self._audit_chain = carried.audit_chain
+        # requester -> its request ids, for renewals that name none (rebuilt, never carried)
+        self._by_requester: dict[str, set[str]] = defaultdict(set)
+        for request_id, requester in self._requesters.items():
+            self._by_requester[requester].add(request_id)
         self._pending: set[asyncio.Task[None]] = set()
         self._timer: asyncio.Task[None] | None = None
         self._timer_at: datetime | None = None
@@ -104,7 +109,7 @@ class AdmissionWorkflow:
 
     @workflow.signal(description=(
         "For requester workflows (missions, workloads) only, through workflows.admission.client; not an operator action. "
-        "Renews held leases (sent on a durable timer at a third of the TTL)."
+        "Renews held leases (sent on a durable timer at a third of the TTL): named ones, or everything the requester holds."
     ))
     def renew(self, batch: RenewBatch) -> None:
         self._inbox.append(InboxItem(kind="renew", renew=batch))
@@ -250,6 +255,9 @@ class AdmissionWorkflow:
                     errors[(requester, request_id)] = result
             return result
 
+        # Requester renewals first: each took effect when it was sent, before this pass's clock
+        # could expire what it renews. They touch no one (no event, no decision back).
+        self._extend([item.renew for item in items if item.renew is not None and item.renew.everything], now, apply)
         for requester in sorted(self._gone_requesters):
             self._abandon(requester, apply)
         self._gone_requesters.clear()
@@ -307,8 +315,9 @@ class AdmissionWorkflow:
                 result = apply(Submit(request=request), requester, request.request_id)
                 if result.ok and request.request_id not in self._requesters:
                     self._requesters[request.request_id] = requester
+                    self._by_requester[requester].add(request.request_id)
         elif item.renew is not None:
-            for lease in item.renew.leases:
+            for lease in item.renew.leases:  # a requester renewal (`everything`) names none
                 apply(Renew(request_id=lease.request_id, lease_revision=lease.lease_revision), item.renew.requester, lease.request_id)
         elif item.release is not None:
             reply_to = item.release.requester if item.release.confirm else None
@@ -325,6 +334,16 @@ class AdmissionWorkflow:
         elif item.set_policy is not None:
             workflow.logger.info("policy changed by %s", item.set_policy.operator)
             apply(SetPolicy(policy=item.set_policy.policy, operator=item.set_policy.operator), None, None)
+
+    def _extend(self, batches: list[RenewBatch], now: datetime, apply) -> None:
+        """Every lease each requester holds, renewed as of when it sent the renewal (at most now)."""
+        renewals: dict[str, datetime] = {}
+        for batch in batches:
+            renewed_at = now if batch.sent_at is None else min(batch.sent_at, now)
+            for request_id in self._by_requester.get(batch.requester, ()):
+                renewals[request_id] = max(renewed_at, renewals.get(request_id, renewed_at))
+        if renewals:
+            apply(Extend.model_construct(renewals=renewals), None, None)
 
     def _abandon(self, requester: str, apply) -> None:
         """A requester that no longer exists gives back everything it holds or waits for."""
@@ -345,6 +364,9 @@ class AdmissionWorkflow:
         if len(self._requesters) > 2 * max(1, len(self._state.records)):
             records = self._state.records
             self._requesters = {rid: who for rid, who in self._requesters.items() if rid in records}
+            self._by_requester = defaultdict(set)
+            for rid, who in self._requesters.items():
+                self._by_requester[who].add(rid)
 
     def _send_decisions(self, touched, happened, errors) -> None:
         state = self._state
