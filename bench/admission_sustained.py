@@ -22,7 +22,8 @@ continue-as-new per minute; renewal lag, from when a renewal was due (the client
 signal) to the start of the singleton's workflow task that decided it (p50, p99); the p99 of a
 probe's decision latency (its submit to the decision in hand, workflow time) and its ratio to the
 baseline; leases lost (left `admitted`, or no longer current in the holder's view, while the
-holder was alive: must be 0); CPU busy of this process (worker, client) and the dev server.
+holder was alive: must be 0); CPU of the singleton's worker (this process), of the holders' worker
+(a process of its own, so that the singleton's figures are its own) and of the dev server.
 
 A step breaks when a lease is lost, when renewal lag p99 passes a third of the TTL (half of the
 margin a lease has left when its renewal is due), or when the leases cannot all be held within
@@ -173,8 +174,9 @@ class Step(_Message):
     ramp_from: float = 0.0  # when this step's holders started (losses count from here)
     ramp_seconds: float = 0.0
     ramp_failed: str | None = None
-    worker_cpu: float = 0.0
+    worker_cpu: float = 0.0  # this process: the singleton's worker (and the driver)
     server_cpu: float | None = None
+    holders_cpu: float | None = None  # the holders' and probes' worker process
     probes: list[ProbeResult] = []
     # from the singleton's histories
     tasks: int = 0
@@ -182,7 +184,9 @@ class Step(_Message):
     signals_out: int = 0
     events: int = 0
     runs_started: int = 0
-    lags: list[float] = []
+    renew_signals: int = 0
+    lags: list[float] = []  # renewal due -> decided
+    singleton_lags: list[float] = []  # renewal arrived -> decided
     lost: int = 0
 
 
@@ -199,7 +203,14 @@ def main() -> int:
     parser.add_argument("--designs", default="per-lease,requester", help=f"comma-separated, of: {', '.join(DESIGNS)}")
     parser.add_argument("--ramp-timeout", type=float, default=120, help="seconds to get a step's leases held")
     parser.add_argument("--start-rate", type=float, default=100, help="holder workflows started per second")
+    parser.add_argument("--holder-worker", nargs=3, metavar=("ADDRESS", "HOLDER_QUEUE", "ADMISSION_QUEUE"),
+                        help=argparse.SUPPRESS)  # internal: the holders' worker process
     args = parser.parse_args()
+    if args.holder_worker:
+        from worker.process import exit_now
+
+        asyncio.run(_holder_worker(*args.holder_worker))
+        exit_now(0)
     try:
         steps = [int(part) for part in (args.steps or ("100" if args.quick else "500,1000,2000,5000")).split(",")]
         designs = [name for name in args.designs.split(",") if name]
@@ -224,15 +235,14 @@ def main() -> int:
 
 async def _run(args, steps: list[int], designs: list[str]) -> int:
     import logging
+    import subprocess
     import tempfile
     import uuid
     from pathlib import Path
 
     from temporalio.contrib.pydantic import pydantic_data_converter
     from temporalio.testing import WorkflowEnvironment
-    from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
-    from bench.admission_throughput import _server_pid
     from worker.binaries import temporal_cli
     from worker.config import WorkerConfig
     from worker.worker import build_worker
@@ -249,42 +259,98 @@ async def _run(args, steps: list[int], designs: list[str]) -> int:
         dev_server_log_level="error",
     )
     results: dict[str, list[Step]] = {}
+    holders = None
     try:
         with tempfile.TemporaryDirectory(prefix="admission-sustained-") as data_dir:
             config = WorkerConfig(
                 data_dir=Path(data_dir), task_queue=f"sustained-{uuid.uuid4().hex[:8]}", admission_policy=policy,
             )
-            holders_max = -(-steps[-1] // args.batch)
-            options = {
-                "workflow_runner": SandboxedWorkflowRunner(
-                    restrictions=SandboxRestrictions.default.with_passthrough_modules(__name__),
-                ),
-                # Every holder stays cached: an evicted one would replay its whole history per renewal.
-                "max_cached_workflows": max(1000, holders_max * 2 + 500),
-            }
-            async with build_worker(env.client, config, extra_workflows=BENCH_WORKFLOWS, **options):
+            holder_queue = f"{config.task_queue}-holders"
+            # The holders and probes run in a worker process of their own: this one runs the
+            # singletons (and the driver), so its CPU is the singleton's, not its requesters'.
+            holders = subprocess.Popen(
+                [sys.executable, "-m", "bench.admission_sustained", "--holder-worker",
+                 env.client.service_client.config.target_host, holder_queue, config.task_queue],
+                cwd=_REPO_ROOT, env={**os.environ, "PYTHONPATH": _REPO_ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")},
+            )
+            async with build_worker(env.client, config):
                 for design in designs:
-                    bench = _Design(env.client, config.task_queue, policy, args, design, _server_pid())
+                    bench = _Design(env.client, holder_queue, policy, args, design, _dev_server_pid(), holders.pid, config)
                     results[design] = await bench.run(steps)
     finally:
+        if holders is not None:
+            holders.terminate()
+            holders.wait(timeout=30)
         await env.shutdown()
     print(_report(results, args))
     print(f"\nbench wall time {time.perf_counter() - started:.0f} s")
     return 0
 
 
+_REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _dev_server_pid() -> int | None:
+    """The dev server: the child of this process (the SDK core spawns it) that runs `temporal`."""
+    me = os.getpid()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as stat:
+                parent = int(stat.read().rsplit(")", 1)[1].split()[1])
+            with open(f"/proc/{entry}/cmdline", "rb") as cmdline:
+                command = cmdline.read().split(b"\0")[0]
+        except (OSError, ValueError, IndexError):
+            continue
+        if parent == me and os.path.basename(command).startswith(b"temporal"):
+            return int(entry)
+    return None
+
+
+async def _holder_worker(address: str, holder_queue: str, admission_queue: str) -> None:
+    """The requesters' worker: holder and probe workflows, and the submit activity they fall back on."""
+    import logging
+
+    from temporalio.client import Client
+    from temporalio.contrib.pydantic import pydantic_data_converter
+    from temporalio.worker import Worker
+    from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
+
+    from activities.admission import AdmissionActivities
+    from workflows.admission.model import AdmissionPolicy
+
+    logging.basicConfig(level=logging.ERROR)
+    client = await Client.connect(address, data_converter=pydantic_data_converter)
+    policy = AdmissionPolicy(max_concurrent=1)  # only used if a singleton had to be started: never here
+    worker = Worker(
+        client, task_queue=holder_queue, workflows=BENCH_WORKFLOWS,
+        activities=[AdmissionActivities(client, admission_queue, lambda host_group: policy).submit_admission_batch],
+        workflow_runner=SandboxedWorkflowRunner(
+            restrictions=SandboxRestrictions.default.with_passthrough_modules(__name__),
+        ),
+        # Every holder stays cached: an evicted one would replay its whole history per renewal.
+        max_cached_workflows=50_000,
+    )
+    await worker.run()
+
+
 class _Design:
-    def __init__(self, client, task_queue: str, policy, args, design: str, server_pid: int | None) -> None:
+    def __init__(self, client, task_queue: str, policy, args, design: str, server_pid: int | None,
+                 holders_pid: int, config) -> None:
         import uuid
 
         self.client = client
-        self.task_queue = task_queue
+        self.task_queue = task_queue  # the holders'
+        self.admission_queue = config.task_queue
+        self.holders_pid = holders_pid
         self.policy = policy
         self.args = args
         self.design = design
         self.server_pid = server_pid
         self.host_group = f"sustained-{design}-{uuid.uuid4().hex[:6]}"
         self.holders: list = []
+        self.cache: dict[str, list] = {}  # run id -> events of the singleton's closed runs
         self.probes: list[tuple[int, object]] = []  # (step index, handle)
 
     async def run(self, held_steps: list[int]) -> list[Step]:
@@ -294,7 +360,7 @@ class _Design:
 
         singleton_id = admission_workflow_id(self.host_group)
         await signal_with_start_admission(
-            self.client, self.task_queue, self.host_group, self.policy, "set_policy",
+            self.client, self.admission_queue, self.host_group, self.policy, "set_policy",
             PolicyChange(operator="bench", policy=self.policy),
         )
         await _until_answering(self.client.get_workflow_handle(singleton_id), "usage")
@@ -311,8 +377,14 @@ class _Design:
                     broken = True
             if not broken:
                 await self._measure(index, step)
+                # Look before going on: a step whose renewals fell behind makes the next one pointless.
+                probe = step.model_copy(update={"lags": [], "singleton_lags": [], "renew_signals": 0})
+                await _read_histories(self.client, singleton_id, [probe], self.cache)
+                if index and _verdict(probe, self.args.ttl) != "ok":
+                    broken = True
             print(f"bench: {self.design} step {step.held} leases measured"
-                  + (f" (ramp failed: {step.ramp_failed})" if step.ramp_failed else ""), file=sys.stderr)
+                  + (f" (ramp failed: {step.ramp_failed})" if step.ramp_failed else "")
+                  + (" and broke; no further steps" if broken else ""), file=sys.stderr)
             if broken:
                 break
         await self._finish(steps, singleton_id)
@@ -337,10 +409,16 @@ class _Design:
             self.holders.extend(handles)
             missing -= chunk
             await asyncio.sleep(0.1)
+        from temporalio.service import RPCError
+
         singleton = self.client.get_workflow_handle(singleton_id)
+        used = 0
         while True:
-            usage = await singleton.query("usage")
-            used = next(row["used"] for row in usage if row["limit"] == "global")
+            try:
+                usage = await singleton.query("usage", rpc_timeout=timedelta(seconds=10))
+                used = next(row["used"] for row in usage if row["limit"] == "global")
+            except RPCError as error:  # a singleton too busy to answer in time is not ready either
+                print(f"bench: {singleton_id} did not answer the usage query ({error})", file=sys.stderr)
             if used >= step.held:
                 break
             if time.time() - t0 > self.args.ramp_timeout:
@@ -352,7 +430,7 @@ class _Design:
     async def _measure(self, index: int, step: Step) -> None:
         from bench.admission_throughput import _cpu_of
 
-        cpu0, srv0 = time.process_time(), _cpu_of(self.server_pid)
+        cpu0, srv0, hold0 = time.process_time(), _cpu_of(self.server_pid), _cpu_of(self.holders_pid)
         step.start = time.time()
         interval = 1 / self.args.rate
         count = 0
@@ -365,9 +443,10 @@ class _Design:
             count += 1
             await asyncio.sleep(max(0.0, step.start + count * interval - time.time()))
         step.end = time.time()
-        srv1 = _cpu_of(self.server_pid)
+        srv1, hold1 = _cpu_of(self.server_pid), _cpu_of(self.holders_pid)
         step.worker_cpu = time.process_time() - cpu0
         step.server_cpu = None if srv0 is None or srv1 is None else srv1 - srv0
+        step.holders_cpu = None if hold0 is None or hold1 is None else hold1 - hold0
 
     async def _finish(self, steps: list[Step], singleton_id: str) -> None:
         """Collect the probes, stop the holders (each reports its losses), read the singleton's histories."""
@@ -380,35 +459,45 @@ class _Design:
                 # charged to the step during which it happened (ramp included), or the last one
                 owner = next((s for s in reversed(steps) if s.ramp_from <= moment), steps[-1])
                 owner.lost += 1
-        await _read_histories(self.client, singleton_id, steps)
+        await _read_histories(self.client, singleton_id, steps, self.cache)
         await self.client.get_workflow_handle(singleton_id).terminate(reason="bench finished")
 
 
-async def _read_histories(client, singleton_id: str, steps: list[Step]) -> None:
+async def _read_histories(client, singleton_id: str, steps: list[Step], cache: dict[str, list]) -> None:
+    """Fill the steps' figures from every run of the singleton's chain, oldest first. A renewal
+    is decided by the first workflow task that starts after it arrived, in its run or (carried
+    across continue-as-new) the next; one still undecided counts with its lag so far."""
     import json
 
     from temporalio.api.enums.v1 import EventType as E
+    from temporalio.client import WorkflowExecutionStatus
 
     runs = [execution async for execution in client.list_workflows(f"WorkflowId = '{singleton_id}'")]
+    runs.sort(key=lambda execution: execution.start_time)
     windows = [step for step in steps if step.end > step.start]
+    waiting: list[tuple[float, float, Step]] = []  # renewals not decided yet: (due, arrived, step)
     for execution in runs:
-        history = await client.get_workflow_handle(singleton_id, run_id=execution.run_id).fetch_history()
-        events = list(history.events)
+        events = cache.get(execution.run_id)
+        if events is None:
+            history = await client.get_workflow_handle(singleton_id, run_id=execution.run_id).fetch_history()
+            events = list(history.events)
+            if execution.status != WorkflowExecutionStatus.RUNNING:
+                cache[execution.run_id] = events
         if not events:
             continue
-        begun = events[0].event_time.ToDatetime().timestamp()
+        begun = events[0].event_time.ToMicroseconds() / 1e6
         for step in windows:
             if step.start <= begun < step.end:
                 step.runs_started += 1
-        waiting: list[tuple[float, Step]] = []  # renewals not decided yet: (due, step)
         for event in events:
             moment = event.event_time.ToMicroseconds() / 1e6
-            step = next((s for s in windows if s.start <= moment < s.end), None)
             kind = event.event_type
             if kind == E.EVENT_TYPE_WORKFLOW_TASK_STARTED:
-                for due, owner in waiting:
+                for due, arrived, owner in waiting:
                     owner.lags.append(moment - due)
+                    owner.singleton_lags.append(moment - arrived)
                 waiting = []
+            step = next((s for s in windows if s.start <= moment < s.end), None)
             if step is None:
                 continue
             step.events += 1
@@ -419,10 +508,16 @@ async def _read_histories(client, singleton_id: str, steps: list[Step]) -> None:
             elif kind == E.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED:
                 step.signals_in += 1
                 attributes = event.workflow_execution_signaled_event_attributes
+                if attributes.signal_name == "renew":
+                    step.renew_signals += 1
                 if attributes.signal_name == "renew" and attributes.input.payloads:
                     due_at = json.loads(attributes.input.payloads[0].data).get("due_at")
                     if due_at:
-                        waiting.append((datetime.fromisoformat(due_at).timestamp(), step))
+                        waiting.append((datetime.fromisoformat(due_at).timestamp(), moment, step))
+    now = time.time()
+    for due, arrived, owner in waiting:
+        owner.lags.append(now - due)
+        owner.singleton_lags.append(now - arrived)
 
 
 def _quantile(values: list[float], q: float) -> float | None:
@@ -448,12 +543,12 @@ def _report(results: dict[str, list[Step]], args) -> str:
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     lines = [
         f"\nsustained admission: TTL {args.ttl:g} s (renewal due every {args.ttl / 3:g} s), {args.batch} leases per holder, "
-        f"{args.rate:g} new requests/s, {args.window:g} s measured per step; embedded dev server and one worker on "
-        f"{cpus} CPUs (shared: noisy)",
+        f"{args.rate:g} new requests/s, {args.window:g} s measured per step; dev server, the singleton's worker and the "
+        f"holders' worker on {cpus} CPUs (shared with other work: noisy)",
     ]
     header = (f"{'held':>7} {'holders':>7} {'wft/s':>6} {'sig in/s':>8} {'sig out/s':>9} {'events/s':>8} "
-              f"{'CAN/min':>7} {'lag p50':>7} {'lag p99':>7} {'new p99':>7} {'x base':>6} {'lost':>5} "
-              f"{'cpu':>5}  verdict")
+              f"{'CAN/min':>7} {'lag p50':>7} {'lag p99':>7} {'sgl p99':>7} {'new p99':>7} {'x base':>6} {'lost':>5} "
+              f"{'cpu sgl':>7} {'req':>5} {'srv':>5}  verdict")
     summary = []
     for design, steps in results.items():
         lines += ["", f"design {design}: {DESIGNS[design]}", header, "-" * len(header)]
@@ -461,23 +556,28 @@ def _report(results: dict[str, list[Step]], args) -> str:
         last_ok = None
         breaks = None
         for step in steps:
+            measured = step.end > step.start
             span = max(1e-9, step.end - step.start)
             p50, p99 = _quantile(step.lags, 0.5), _quantile(step.lags, 0.99)
+            singleton_p99 = _quantile(step.singleton_lags, 0.99)
             probe = _quantile([p.latency for p in step.probes], 0.99)
-            ratio = f"{probe / base:6.2f}" if probe is not None and base else f"{'-':>6}"
-            busy = (step.worker_cpu + (step.server_cpu or 0)) / (span * cpus) if step.end > step.start else None
             verdict = _verdict(step, args.ttl)
-            measured = step.end > step.start
 
-            def rate(count: int, measured=measured, span=span) -> float:
-                return count / span if measured else float("nan")
+            def rate(count: int) -> str:
+                return f"{count / span:.1f}" if measured else "-"
+
+            def share(cpu: float | None) -> str:
+                return f"{cpu / span:.0%}" if measured and cpu is not None else "-"
+
+            def figure(value: float | None) -> str:
+                return f"{value:.2f}" if value is not None else "-"
 
             lines.append(
-                f"{step.held:>7} {step.holders:>7} {rate(step.tasks):6.1f} {rate(step.signals_in):8.1f} "
-                f"{rate(step.signals_out):9.1f} {rate(step.events):8.1f} {rate(step.runs_started) * 60:7.1f} "
-                + (f"{p50:7.2f} {p99:7.2f} " if p50 is not None else f"{'-':>7} {'-':>7} ")
-                + (f"{probe:7.2f} " if probe is not None else f"{'-':>7} ")
-                + f"{ratio} {step.lost:>5} " + (f"{busy:5.0%}" if busy is not None else f"{'-':>5}") + f"  {verdict}"
+                f"{step.held:>7} {step.holders:>7} {rate(step.tasks):>6} {rate(step.signals_in):>8} "
+                f"{rate(step.signals_out):>9} {rate(step.events):>8} {rate(step.runs_started * 60):>7} "
+                f"{figure(p50):>7} {figure(p99):>7} {figure(singleton_p99):>7} {figure(probe):>7} "
+                f"{figure(probe / base) if probe is not None and base else '-':>6} {step.lost:>5} "
+                f"{share(step.worker_cpu):>7} {share(step.holders_cpu):>5} {share(step.server_cpu):>5}  {verdict}"
             )
             if step.held and verdict == "ok" and breaks is None:
                 last_ok = step.held
@@ -487,15 +587,19 @@ def _report(results: dict[str, list[Step]], args) -> str:
                 f"RESULT design={design} held={step.held} measured={int(measured)} lost={step.lost} "
                 f"renewals={len(step.lags)} lag_p50={p50 if p50 is not None else 'none'} "
                 f"lag_p99={p99 if p99 is not None else 'none'} new_p99={probe if probe is not None else 'none'} "
-                f"probes={len(step.probes)} verdict={verdict.split(':')[0]}"
+                f"probes={len(step.probes)} renew_signals={step.renew_signals} signals_out={step.signals_out} "
+                f"verdict={verdict.split(':')[0]}"
             )
         lines.append(f"{design}: held {last_ok or 0} leases without breaking"
                      + (f"; breaks at {breaks}" if breaks is not None else "; did not break in the steps run"))
-    lines.append("\ncolumns: per second of the measured window, from the singleton's histories: workflow tasks completed, "
-                 "signals in and out, history events; CAN/min = runs of its continue-as-new chain begun; lag = renewal "
-                 "due -> the singleton's workflow task that decided it (s); new p99 = a new request's submit -> decision "
-                 "in hand (s), 'x base' against the step at 0 leases; lost = leases that stopped being held while their "
-                 "holder lived; cpu = this process and the dev server over the window, of all CPUs")
+    lines.append(
+        "\ncolumns: per second of the measured window, from the singleton's histories: workflow tasks completed, "
+        "signals in and out, history events; CAN/min = runs of its continue-as-new chain begun; lag = a renewal's "
+        "due time -> the start of the singleton's workflow task that decided it (s), sgl = its arrival -> that task "
+        "(the singleton's own share); new p99 = a new request's submit -> its decision in hand (s), 'x base' against "
+        "the step at 0 leases; lost = leases that stopped being held while their holder lived; cpu = of one core: "
+        "the singleton's worker process (sgl), the holders' worker process (req), the dev server (srv)"
+    )
     return "\n".join(lines + [""] + summary)
 
 
