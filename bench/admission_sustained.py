@@ -174,7 +174,7 @@ class Step(_Message):
     ramp_from: float = 0.0  # when this step's holders started (losses count from here)
     ramp_seconds: float = 0.0
     ramp_failed: str | None = None
-    worker_cpu: float = 0.0  # this process: the singleton's worker (and the driver)
+    worker_cpu: float | None = None  # the singleton's worker process
     server_cpu: float | None = None
     holders_cpu: float | None = None  # the holders' and probes' worker process
     probes: list[ProbeResult] = []
@@ -185,6 +185,7 @@ class Step(_Message):
     events: int = 0
     runs_started: int = 0
     renew_signals: int = 0
+    task_failures: int = 0  # workflow tasks of the singleton that failed or timed out
     lags: list[float] = []  # renewal due -> decided
     singleton_lags: list[float] = []  # renewal arrived -> decided
     lost: int = 0
@@ -203,13 +204,13 @@ def main() -> int:
     parser.add_argument("--designs", default="per-lease,requester", help=f"comma-separated, of: {', '.join(DESIGNS)}")
     parser.add_argument("--ramp-timeout", type=float, default=120, help="seconds to get a step's leases held")
     parser.add_argument("--start-rate", type=float, default=100, help="holder workflows started per second")
-    parser.add_argument("--holder-worker", nargs=3, metavar=("ADDRESS", "HOLDER_QUEUE", "ADMISSION_QUEUE"),
-                        help=argparse.SUPPRESS)  # internal: the holders' worker process
+    parser.add_argument("--worker-process", nargs=5, help=argparse.SUPPRESS,
+                        metavar=("ROLE", "ADDRESS", "HOLDER_QUEUE", "ADMISSION_QUEUE", "DATA_DIR"))  # internal
     args = parser.parse_args()
-    if args.holder_worker:
+    if args.worker_process:
         from worker.process import exit_now
 
-        asyncio.run(_holder_worker(*args.holder_worker))
+        asyncio.run(_worker_process(*args.worker_process))
         exit_now(0)
     try:
         steps = [int(part) for part in (args.steps or ("100" if args.quick else "500,1000,2000,5000")).split(",")]
@@ -238,14 +239,11 @@ async def _run(args, steps: list[int], designs: list[str]) -> int:
     import subprocess
     import tempfile
     import uuid
-    from pathlib import Path
 
     from temporalio.contrib.pydantic import pydantic_data_converter
     from temporalio.testing import WorkflowEnvironment
 
     from worker.binaries import temporal_cli
-    from worker.config import WorkerConfig
-    from worker.worker import build_worker
     from workflows.admission.model import AdmissionPolicy
 
     logging.basicConfig(level=logging.ERROR)
@@ -259,28 +257,28 @@ async def _run(args, steps: list[int], designs: list[str]) -> int:
         dev_server_log_level="error",
     )
     results: dict[str, list[Step]] = {}
-    holders = None
+    workers: dict[str, subprocess.Popen] = {}
     try:
         with tempfile.TemporaryDirectory(prefix="admission-sustained-") as data_dir:
-            config = WorkerConfig(
-                data_dir=Path(data_dir), task_queue=f"sustained-{uuid.uuid4().hex[:8]}", admission_policy=policy,
-            )
-            holder_queue = f"{config.task_queue}-holders"
-            # The holders and probes run in a worker process of their own: this one runs the
-            # singletons (and the driver), so its CPU is the singleton's, not its requesters'.
-            holders = subprocess.Popen(
-                [sys.executable, "-m", "bench.admission_sustained", "--holder-worker",
-                 env.client.service_client.config.target_host, holder_queue, config.task_queue],
-                cwd=_REPO_ROOT, env={**os.environ, "PYTHONPATH": _REPO_ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")},
-            )
-            async with build_worker(env.client, config):
-                for design in designs:
-                    bench = _Design(env.client, holder_queue, policy, args, design, _dev_server_pid(), holders.pid, config)
-                    results[design] = await bench.run(steps)
+            admission_queue = f"sustained-{uuid.uuid4().hex[:8]}"
+            holder_queue = f"{admission_queue}-holders"
+            # Two worker processes: the singletons' and the requesters' (holders and probes). So
+            # each one's CPU is its own, and this process's history reading never stalls a worker.
+            for role in ("singleton", "holders"):
+                workers[role] = subprocess.Popen(
+                    [sys.executable, "-m", "bench.admission_sustained", "--worker-process", role,
+                     env.client.service_client.config.target_host, holder_queue, admission_queue, data_dir],
+                    cwd=_REPO_ROOT,
+                    env={**os.environ, "PYTHONPATH": _REPO_ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")},
+                )
+            for design in designs:
+                bench = _Design(env.client, holder_queue, admission_queue, policy, args, design,
+                                {"server": _dev_server_pid(), **{role: proc.pid for role, proc in workers.items()}})
+                results[design] = await bench.run(steps)
     finally:
-        if holders is not None:
-            holders.terminate()
-            holders.wait(timeout=30)
+        for process in workers.values():
+            process.terminate()
+            process.wait(timeout=30)
         await env.shutdown()
     print(_report(results, args))
     print(f"\nbench wall time {time.perf_counter() - started:.0f} s")
@@ -308,9 +306,11 @@ def _dev_server_pid() -> int | None:
     return None
 
 
-async def _holder_worker(address: str, holder_queue: str, admission_queue: str) -> None:
-    """The requesters' worker: holder and probe workflows, and the submit activity they fall back on."""
+async def _worker_process(role: str, address: str, holder_queue: str, admission_queue: str, data_dir: str) -> None:
+    """A worker of its own: `singleton` runs the admission workflows (the production worker on the
+    admission queue), `holders` the holder and probe workflows."""
     import logging
+    from pathlib import Path
 
     from temporalio.client import Client
     from temporalio.contrib.pydantic import pydantic_data_converter
@@ -318,11 +318,17 @@ async def _holder_worker(address: str, holder_queue: str, admission_queue: str) 
     from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
     from activities.admission import AdmissionActivities
+    from worker.config import WorkerConfig
+    from worker.worker import build_worker
     from workflows.admission.model import AdmissionPolicy
 
     logging.basicConfig(level=logging.ERROR)
     client = await Client.connect(address, data_converter=pydantic_data_converter)
-    policy = AdmissionPolicy(max_concurrent=1)  # only used if a singleton had to be started: never here
+    policy = AdmissionPolicy(max_concurrent=1)  # only for a singleton a submit had to start: never here
+    if role == "singleton":
+        config = WorkerConfig(data_dir=Path(data_dir), task_queue=admission_queue, admission_policy=policy)
+        await build_worker(client, config).run()
+        return
     worker = Worker(
         client, task_queue=holder_queue, workflows=BENCH_WORKFLOWS,
         activities=[AdmissionActivities(client, admission_queue, lambda host_group: policy).submit_admission_batch],
@@ -336,18 +342,17 @@ async def _holder_worker(address: str, holder_queue: str, admission_queue: str) 
 
 
 class _Design:
-    def __init__(self, client, task_queue: str, policy, args, design: str, server_pid: int | None,
-                 holders_pid: int, config) -> None:
+    def __init__(self, client, task_queue: str, admission_queue: str, policy, args, design: str,
+                 pids: dict[str, int | None]) -> None:
         import uuid
 
         self.client = client
         self.task_queue = task_queue  # the holders'
-        self.admission_queue = config.task_queue
-        self.holders_pid = holders_pid
+        self.admission_queue = admission_queue
+        self.pids = pids
         self.policy = policy
         self.args = args
         self.design = design
-        self.server_pid = server_pid
         self.host_group = f"sustained-{design}-{uuid.uuid4().hex[:6]}"
         self.holders: list = []
         self.cache: dict[str, list] = {}  # run id -> events of the singleton's closed runs
@@ -378,7 +383,7 @@ class _Design:
             if not broken:
                 await self._measure(index, step)
                 # Look before going on: a step whose renewals fell behind makes the next one pointless.
-                probe = step.model_copy(update={"lags": [], "singleton_lags": [], "renew_signals": 0})
+                probe = step.model_copy(update={"lags": [], "singleton_lags": [], "renew_signals": 0, "task_failures": 0})
                 await _read_histories(self.client, singleton_id, [probe], self.cache)
                 if index and _verdict(probe, self.args.ttl) != "ok":
                     broken = True
@@ -430,7 +435,7 @@ class _Design:
     async def _measure(self, index: int, step: Step) -> None:
         from bench.admission_throughput import _cpu_of
 
-        cpu0, srv0, hold0 = time.process_time(), _cpu_of(self.server_pid), _cpu_of(self.holders_pid)
+        before = {role: _cpu_of(pid) for role, pid in self.pids.items()}
         step.start = time.time()
         interval = 1 / self.args.rate
         count = 0
@@ -443,10 +448,9 @@ class _Design:
             count += 1
             await asyncio.sleep(max(0.0, step.start + count * interval - time.time()))
         step.end = time.time()
-        srv1, hold1 = _cpu_of(self.server_pid), _cpu_of(self.holders_pid)
-        step.worker_cpu = time.process_time() - cpu0
-        step.server_cpu = None if srv0 is None or srv1 is None else srv1 - srv0
-        step.holders_cpu = None if hold0 is None or hold1 is None else hold1 - hold0
+        after = {role: _cpu_of(pid) for role, pid in self.pids.items()}
+        used = {role: None if before[role] is None or after[role] is None else after[role] - before[role] for role in after}
+        step.worker_cpu, step.server_cpu, step.holders_cpu = used["singleton"], used["server"], used["holders"]
 
     async def _finish(self, steps: list[Step], singleton_id: str) -> None:
         """Collect the probes, stop the holders (each reports its losses), read the singleton's histories."""
@@ -503,6 +507,8 @@ async def _read_histories(client, singleton_id: str, steps: list[Step], cache: d
             step.events += 1
             if kind == E.EVENT_TYPE_WORKFLOW_TASK_COMPLETED:
                 step.tasks += 1
+            elif kind in (E.EVENT_TYPE_WORKFLOW_TASK_FAILED, E.EVENT_TYPE_WORKFLOW_TASK_TIMED_OUT):
+                step.task_failures += 1
             elif kind == E.EVENT_TYPE_SIGNAL_EXTERNAL_WORKFLOW_EXECUTION_INITIATED:
                 step.signals_out += 1
             elif kind == E.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED:
@@ -533,6 +539,8 @@ def _verdict(step: Step, ttl: float) -> str:
     reasons = []
     if step.lost:
         reasons.append(f"{step.lost} leases lost")
+    if step.task_failures:
+        reasons.append(f"{step.task_failures} singleton workflow tasks failed or timed out")
     p99 = _quantile(step.lags, 0.99)
     if p99 is not None and p99 > ttl / 3:
         reasons.append(f"renewal lag p99 {p99:.1f} s > TTL/3")
