@@ -260,21 +260,33 @@ class AdmissionClient:
                 except asyncio.TimeoutError:
                     pass
                 continue
-            self._extended(held, sent_at, arrived_by=workflow.now())
+            late = self._extended(held, sent_at, arrived_by=workflow.now())
+            if late:
+                # Arrived too late to be sure: ask for these by name, which brings an answer back.
+                await self._signal("renew", RenewBatch(
+                    requester=renewal.requester, due_at=due,
+                    leases=[LeaseRef(request_id=rid, lease_revision=self.decisions[rid].lease_revision) for rid in late],
+                ))
 
-    def _extended(self, sent: dict[str, AdmissionDecision], sent_at: datetime, arrived_by: datetime) -> None:
+    def _extended(self, sent: dict[str, AdmissionDecision], sent_at: datetime, arrived_by: datetime) -> list[str]:
+        """Move the expiry of what the renewal covered; the ones it may have arrived too late for
+        (still admitted, at the same lease revision) are returned."""
+        late = []
         for rid, before in sent.items():
             decision = self.decisions.get(rid)
             if (
                 decision is None or decision.state != "admitted" or decision.lease_revision != before.lease_revision
                 or before.lease_expires_at is None or decision.lease_expires_at is None
                 or decision.lease_ttl_seconds is None
-                or arrived_by >= before.lease_expires_at  # it may have lapsed first: its decision will say
             ):
+                continue
+            if arrived_by >= before.lease_expires_at:  # the singleton may have expired it first
+                late.append(rid)
                 continue
             until = sent_at + timedelta(seconds=decision.lease_ttl_seconds)
             if until > decision.lease_expires_at:
                 self.decisions[rid] = decision.model_copy(update={"lease_expires_at": until})
+        return sorted(late)
 
     @staticmethod
     def _due(decision: AdmissionDecision) -> datetime:

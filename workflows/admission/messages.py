@@ -129,7 +129,11 @@ class CarriedState(_Message):
     # 10,000 mission-shaped ids alone is ~1 MB. `requesters` is read for runs recorded before that.
     requesters: dict[str, str] = Field(default_factory=dict)
     requesters_packed: str | None = None
-    inbox: list["InboxItem"]
+    # Signals that arrived while the run handed over, packed like the requester map: a burst of
+    # submits carried as plain JSON (30,000 requests: 8.8 MB) would exceed the server's 2 MB
+    # payload limit, fail continue-as-new and wedge the singleton. `inbox` is read for older runs.
+    inbox: list["InboxItem"] = Field(default_factory=list)
+    inbox_packed: str | None = None
     gone_requesters: list[str] = Field(default_factory=list)
     recent_audit: list[AuditEvent]
     audit_chain: str  # first run id of the chain: keys the audit store across continue-as-new

@@ -63,6 +63,7 @@ with workflow.unsafe.imports_passed_through():
 
 EXPORT_AUDIT_ACTIVITY = "export_audit_events"
 MAX_EVENTS_PER_EXPORT = 500  # keeps one export's input far below the server's payload limit
+CARRY_AT_MOST = 100  # inbox items a continue-as-new carries without one more decision pass first
 
 
 @workflow.defn(name="AdmissionWorkflow")
@@ -83,6 +84,8 @@ class AdmissionWorkflow:
             if carried.requesters_packed is not None:
                 self._requesters.update(codec.unpack_json(carried.requesters_packed))  # type: ignore[arg-type]
             self._inbox = list(carried.inbox)
+            if carried.inbox_packed is not None:
+                self._inbox.extend(InboxItem.model_validate(item) for item in codec.unpack_json(carried.inbox_packed))  # type: ignore[union-attr]
             self._recent = deque(carried.recent_audit, maxlen=input.recent_audit_events)
             self._audit_chain = carried.audit_chain
         # requester -> its request ids, for renewals that name none (rebuilt, never carried)
@@ -208,6 +211,11 @@ class AdmissionWorkflow:
                 # meanwhile (signals, requesters found gone) is carried, not decided here, so a
                 # steady burst cannot postpone continue-as-new forever.
                 await self._settle_outbound()
+                if len(self._inbox) > CARRY_AT_MOST:
+                    # A burst arrived while the outbound work settled: decide it here rather than
+                    # carry it all; what arrives during this second settling is carried.
+                    self._decide()
+                    await self._settle_outbound()
                 await workflow.wait_condition(workflow.all_handlers_finished)
                 workflow.continue_as_new(self._carry())
 
@@ -476,7 +484,7 @@ def carried_state(
     return CarriedState(
         engine=codec.encode(state),
         requesters_packed=codec.pack_json({rid: who for rid, who in requesters.items() if rid in records}),
-        inbox=inbox,
+        inbox_packed=codec.pack_json([item.model_dump(mode="json") for item in inbox]) if inbox else None,
         gone_requesters=sorted(gone_requesters),
         recent_audit=recent_audit,
         audit_chain=audit_chain,
