@@ -128,6 +128,7 @@ class LeaseHolderWorkflow:
 
 class ProbeInput(_Message):
     host_group: str
+    decision_timeout_seconds: float = 120  # a singleton that stopped deciding must not hang the bench
 
 
 class ProbeResult(_Message):
@@ -150,7 +151,7 @@ class ProbeWorkflow:
             runtime_kind="container", priority=0, submitted_at=started, queue_timeout_seconds=3600,
         )
         await admission.submit([request])
-        await admission.wait_until_decided([request.request_id])
+        await admission.wait_until_decided([request.request_id], timeout=timedelta(seconds=input.decision_timeout_seconds))
         decided = workflow.now()
         await admission.give_back_everything(confirm_within=None)
         return ProbeResult(
@@ -387,6 +388,12 @@ class _Design:
                 await _read_histories(self.client, singleton_id, [probe], self.cache)
                 if index and _verdict(probe, self.args.ttl) != "ok":
                     broken = True
+            if step.end > step.start:
+                print(f"bench: provisional (no losses or probes yet): {probe.held} leases, lag p50/p99 "
+                      f"{_quantile(probe.lags, 0.5)}/{_quantile(probe.lags, 0.99)} s, singleton "
+                      f"{probe.tasks} tasks, {probe.signals_in} signals in, {probe.signals_out} out, "
+                      f"{probe.events} events, {probe.task_failures} task failures over {step.end - step.start:.0f} s",
+                      file=sys.stderr)
             print(f"bench: {self.design} step {step.held} leases measured"
                   + (f" (ramp failed: {step.ramp_failed})" if step.ramp_failed else "")
                   + (" and broke; no further steps" if broken else ""), file=sys.stderr)

@@ -162,7 +162,12 @@ async def admission_probes(client: Client) -> None:
 
 
 async def admission_requester_renewal(client: Client) -> None:
-    """Two probes that renew as requesters (one signal for everything they hold, no answer)."""
+    """Two probes that renew as requesters (one signal for everything they hold, no answer), on a
+    singleton that decides one request per pass (each two-request submit takes two passes)."""
+    await signal_with_start_admission(
+        client, TASK_QUEUE, "requester-renewal", POLICY, "set_policy", PolicyChange(operator="recorder", policy=POLICY),
+        max_requests_per_pass=1,
+    )
     probes = [
         await client.start_workflow(
             "AdmissionProbeWorkflow",

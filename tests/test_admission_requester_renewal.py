@@ -66,3 +66,26 @@ async def test_requester_renewals_survive_the_singletons_continue_as_new(dev_cli
         assert len(runs) >= 3, f"the singleton continued as new only {len(runs) - 1} times"
         types = [event.type for event in await audit_of(h)]
         assert "requeued" not in types and "timed-out" not in types
+
+
+async def test_a_burst_is_decided_in_passes_of_bounded_size(dev_client: Client, tmp_path):
+    """A singleton deciding two requests per pass: five submitted at once are all admitted, in
+    three passes, each answered in a workflow task of its own."""
+    from temporalio.api.enums.v1 import EventType
+
+    policy = AdmissionPolicy(max_concurrent=10)
+    async with admission_harness(dev_client, tmp_path, policy) as h:
+        await signal_with_start_admission(
+            dev_client, h.config.task_queue, h.host_group, policy, "set_policy",
+            PolicyChange(operator="test", policy=policy), max_requests_per_pass=2,
+        )
+        burst = await h.start_probe("burst", *(ProbeRequest(request_id=f"b{i}") for i in range(5)), hold_seconds=1)
+        result: ProbeResult = await burst.result()
+        assert result.ever_admitted == [f"b{i}" for i in range(5)]
+        history = await h.admission.fetch_history()
+        answers = [
+            event for event in history.events
+            if event.event_type == EventType.EVENT_TYPE_SIGNAL_EXTERNAL_WORKFLOW_EXECUTION_INITIATED
+            and event.signal_external_workflow_execution_initiated_event_attributes.workflow_execution.workflow_id == burst.id
+        ]
+        assert len(answers) >= 3 + 1, "three passes of admissions, then the confirmed release"

@@ -206,6 +206,10 @@ class AdmissionWorkflow:
         while True:
             await self._wait_for_work()
             self._decide()
+            if self._inbox and not self._should_continue_as_new():
+                # The pass was full: end this workflow task (its decisions go out) before the next.
+                await workflow.sleep(timedelta(milliseconds=1), summary="next decision pass of a burst")
+                continue
             if self._should_continue_as_new():
                 # Outbound signals and audit exports must finish in this run; whatever arrives
                 # meanwhile (signals, requesters found gone) is carried, not decided here, so a
@@ -248,7 +252,7 @@ class AdmissionWorkflow:
     def _decide(self) -> None:
         """One pass: every inbox item through the engine, then one signal per requester."""
         now = workflow.now()
-        items, self._inbox = self._inbox, []
+        items = self._take_inbox()
         touched: dict[str, dict[str, AdmissionDecision | None]] = defaultdict(dict)
         errors: dict[tuple[str, str], OpResult] = {}
         events: list[AuditEvent] = []
@@ -288,6 +292,31 @@ class AdmissionWorkflow:
         if events:
             self._export_audit(events)
         self._report(events)
+
+    def _take_inbox(self) -> list[InboxItem]:
+        """The inbox items of one pass: up to `max_requests_per_pass` requests or leases they name
+        (a submit batch that does not fit is split; any other signal is taken whole)."""
+        # Requester renewals always go, all of them: each must be applied before a pass's clock
+        # can expire what it renews, and they cost a pass next to nothing.
+        taken = [item for item in self._inbox if item.renew is not None and item.renew.everything]
+        if taken:
+            self._inbox = [item for item in self._inbox if not (item.renew is not None and item.renew.everything)]
+        budget = self._input.max_requests_per_pass
+        others = 0
+        while self._inbox and budget > 0:
+            item = self._inbox[0]
+            if item.submit is not None and len(item.submit.requests) > budget and not others:
+                requests = item.submit.requests
+                self._inbox[0] = item.model_copy(update={"submit": item.submit.model_copy(update={"requests": requests[budget:]})})
+                taken.append(item.model_copy(update={"submit": item.submit.model_copy(update={"requests": requests[:budget]})}))
+                break
+            size = _weight(item)
+            if others and size > budget:
+                break
+            taken.append(self._inbox.pop(0))
+            others += 1
+            budget -= size
+        return taken
 
     def _report(self, events: list[AuditEvent]) -> None:
         """What the UI's current details and the metrics show: queue depth and usage per limit."""
@@ -469,6 +498,19 @@ class AdmissionWorkflow:
                 self._state, self._requesters, self._inbox, self._gone_requesters, list(self._recent), self._audit_chain,
             ),
         })
+
+
+def _weight(item: InboxItem) -> int:
+    """What an inbox item costs a decision pass, in requests or leases."""
+    if item.submit is not None:
+        return len(item.submit.requests)
+    if item.renew is not None:
+        return max(1, len(item.renew.leases))
+    if item.release is not None:
+        return max(1, len(item.release.request_ids))
+    if item.cancel is not None:
+        return max(1, len(item.cancel.request_ids))
+    return 1
 
 
 def carried_state(
