@@ -68,6 +68,7 @@ class HolderInput(_Message):
     host_group: str
     requests: int
     renewal: Renewal
+    decision_timeout_seconds: float = 300  # a singleton that stopped deciding must not hang the bench
 
 
 class HolderResult(_Message):
@@ -100,7 +101,7 @@ class LeaseHolderWorkflow:
         ]
         ids = [request.request_id for request in requests]
         await admission.submit(requests)
-        await admission.wait_until_decided(ids)
+        await admission.wait_until_decided(ids, timeout=timedelta(seconds=input.decision_timeout_seconds))
         held = [rid for rid in ids if admission.state_of(rid) == "admitted"]
         renewing = asyncio.ensure_future(admission.keep_leases_alive())
         lost: dict[str, float] = {}
@@ -272,16 +273,19 @@ async def _run(args, steps: list[int], designs: list[str]) -> int:
                     cwd=_REPO_ROOT,
                     env={**os.environ, "PYTHONPATH": _REPO_ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")},
                 )
-            for design in designs:
-                bench = _Design(env.client, holder_queue, admission_queue, policy, args, design,
-                                {"server": _dev_server_pid(), **{role: proc.pid for role, proc in workers.items()}})
-                results[design] = await bench.run(steps)
+            try:
+                for design in designs:
+                    bench = _Design(env.client, holder_queue, admission_queue, policy, args, design,
+                                    {"server": _dev_server_pid(), **{role: proc.pid for role, proc in workers.items()}})
+                    results[design] = await bench.run(steps)
+                    print(_report({design: results[design]}, args, summary=False), flush=True)  # as soon as it is done
+            finally:  # before the data directory goes: the singleton's worker writes its audit store there
+                for process in workers.values():
+                    process.terminate()
+                    process.wait(timeout=30)
     finally:
-        for process in workers.values():
-            process.terminate()
-            process.wait(timeout=30)
         await env.shutdown()
-    print(_report(results, args))
+    print("\n== all designs" + _report(results, args))
     print(f"\nbench wall time {time.perf_counter() - started:.0f} s")
     return 0
 
@@ -413,7 +417,8 @@ class _Design:
             handles = await asyncio.gather(*(
                 self.client.start_workflow(
                     "BenchLeaseHolderWorkflow",
-                    HolderInput(host_group=self.host_group, requests=self.args.batch, renewal=self.design),
+                    HolderInput(host_group=self.host_group, requests=self.args.batch, renewal=self.design,
+                                decision_timeout_seconds=self.args.ramp_timeout + 60),
                     id=f"{self.host_group}-holder-{base + i:05d}", task_queue=self.task_queue, result_type=HolderResult,
                 )
                 for i in range(chunk)
@@ -421,6 +426,7 @@ class _Design:
             self.holders.extend(handles)
             missing -= chunk
             await asyncio.sleep(0.1)
+        from temporalio.client import WorkflowQueryFailedError
         from temporalio.service import RPCError
 
         singleton = self.client.get_workflow_handle(singleton_id)
@@ -429,7 +435,7 @@ class _Design:
             try:
                 usage = await singleton.query("usage", rpc_timeout=timedelta(seconds=10))
                 used = next(row["used"] for row in usage if row["limit"] == "global")
-            except RPCError as error:  # a singleton too busy to answer in time is not ready either
+            except (RPCError, WorkflowQueryFailedError) as error:  # a singleton that cannot answer is not ready either
                 print(f"bench: {singleton_id} did not answer the usage query ({error})", file=sys.stderr)
             if used >= step.held:
                 break
@@ -546,15 +552,13 @@ def _verdict(step: Step, ttl: float) -> str:
     reasons = []
     if step.lost:
         reasons.append(f"{step.lost} leases lost")
-    if step.task_failures:
-        reasons.append(f"{step.task_failures} singleton workflow tasks failed or timed out")
     p99 = _quantile(step.lags, 0.99)
     if p99 is not None and p99 > ttl / 3:
         reasons.append(f"renewal lag p99 {p99:.1f} s > TTL/3")
     return "BREAKS: " + ", ".join(reasons) if reasons else "ok"
 
 
-def _report(results: dict[str, list[Step]], args) -> str:
+def _report(results: dict[str, list[Step]], args, *, summary: bool = True) -> str:
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     lines = [
         f"\nsustained admission: TTL {args.ttl:g} s (renewal due every {args.ttl / 3:g} s), {args.batch} leases per holder, "
@@ -563,8 +567,8 @@ def _report(results: dict[str, list[Step]], args) -> str:
     ]
     header = (f"{'held':>7} {'holders':>7} {'wft/s':>6} {'sig in/s':>8} {'sig out/s':>9} {'events/s':>8} "
               f"{'CAN/min':>7} {'lag p50':>7} {'lag p99':>7} {'sgl p99':>7} {'new p99':>7} {'x base':>6} {'lost':>5} "
-              f"{'cpu sgl':>7} {'req':>5} {'srv':>5}  verdict")
-    summary = []
+              f"{'wft err':>7} {'cpu sgl':>7} {'req':>5} {'srv':>5}  verdict")
+    lines_out: list[str] = []
     for design, steps in results.items():
         lines += ["", f"design {design}: {DESIGNS[design]}", header, "-" * len(header)]
         base = _quantile([probe.latency for probe in steps[0].probes], 0.99)
@@ -592,13 +596,13 @@ def _report(results: dict[str, list[Step]], args) -> str:
                 f"{rate(step.signals_out):>9} {rate(step.events):>8} {rate(step.runs_started * 60):>7} "
                 f"{figure(p50):>7} {figure(p99):>7} {figure(singleton_p99):>7} {figure(probe):>7} "
                 f"{figure(probe / base) if probe is not None and base else '-':>6} {step.lost:>5} "
-                f"{share(step.worker_cpu):>7} {share(step.holders_cpu):>5} {share(step.server_cpu):>5}  {verdict}"
+                f"{step.task_failures:>7} {share(step.worker_cpu):>7} {share(step.holders_cpu):>5} {share(step.server_cpu):>5}  {verdict}"
             )
             if step.held and verdict == "ok" and breaks is None:
                 last_ok = step.held
             if verdict != "ok" and breaks is None:
                 breaks = step.held
-            summary.append(
+            lines_out.append(
                 f"RESULT design={design} held={step.held} measured={int(measured)} lost={step.lost} "
                 f"renewals={len(step.lags)} lag_p50={p50 if p50 is not None else 'none'} "
                 f"lag_p99={p99 if p99 is not None else 'none'} new_p99={probe if probe is not None else 'none'} "
@@ -612,10 +616,10 @@ def _report(results: dict[str, list[Step]], args) -> str:
         "signals in and out, history events; CAN/min = runs of its continue-as-new chain begun; lag = a renewal's "
         "due time -> the start of the singleton's workflow task that decided it (s), sgl = its arrival -> that task "
         "(the singleton's own share); new p99 = a new request's submit -> its decision in hand (s), 'x base' against "
-        "the step at 0 leases; lost = leases that stopped being held while their holder lived; cpu = of one core: "
+        "the step at 0 leases; lost = leases that stopped being held while their holder lived; wft err = the singleton's workflow tasks that failed or timed out (each costs a replay of its run); cpu = of one core: "
         "the singleton's worker process (sgl), the holders' worker process (req), the dev server (srv)"
     )
-    return "\n".join(lines + [""] + summary)
+    return "\n".join(lines + ([""] + lines_out if summary else []))
 
 
 if __name__ == "__main__":

@@ -473,9 +473,9 @@ def apply(state: RefState, operation: object, now: datetime) -> tuple[RefState, 
     op = _Op(state, now)
     if isinstance(operation, Extend):
         # Effective when the holder sent it (never later than now): before this pass's tick.
-        at = min(operation.renewed_at, now)
-        until = at + seconds(state.policy.lease_ttl_seconds)
-        for rid in operation.request_ids:
+        for rid, renewed_at in operation.renewals.items():
+            at = min(renewed_at, now)
+            until = at + seconds(state.policy.lease_ttl_seconds)
             r = state.records.get(rid)
             if r is not None and r.state == "admitted" and at < r.lease_expires_at < until:
                 state.records[rid] = r.model_copy(update={"lease_expires_at": until})

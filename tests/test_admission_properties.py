@@ -298,10 +298,10 @@ def traces(draw: Callable, profile: Profile) -> tuple[AdmissionPolicy, list[tupl
             "renew": st.builds(Renew, request_id=rid, lease_revision=st.one_of(st.none(), st.integers(0, 3))),
             # A requester renewal: some of the ids, as of a moment near the clock (sometimes one a
             # lease outlived, sometimes the future, which the engine clamps to now).
-            "extend": st.builds(
-                Extend, request_ids=st.lists(rid, max_size=4),
-                renewed_at=st.sampled_from([0, 0, 1, 3, 20, 70, -2]).map(lambda back: T0 + timedelta(seconds=clock - back)),
-            ),
+            "extend": st.builds(Extend, renewals=st.dictionaries(
+                rid, st.sampled_from([0, 0, 1, 3, 20, 70, -2]).map(lambda back: T0 + timedelta(seconds=clock - back)),
+                max_size=4,
+            )),
             "release": st.builds(Release, request_id=rid),
             "cancel": st.builds(Cancel, request_id=rid),
             "reconcile": st.just(Reconcile()),
@@ -398,7 +398,7 @@ class Observer:
                 assert self.states[rid] in TERMINAL_STATES, f"a live record vanished: {old}"
                 continue
             assert new.revision == old.revision + per_id[rid], f"revision must add 1 per change: {old} -> {new}"
-            if per_id[rid] == 0 and isinstance(operation, Extend) and rid in operation.request_ids:
+            if per_id[rid] == 0 and isinstance(operation, Extend) and rid in operation.renewals:
                 # The one change without an event: a requester renewal moves a held lease's expiry
                 # later, and nothing else (not its revision, not its lease revision).
                 assert new.state == old.state, (old, new)

@@ -228,14 +228,27 @@ class AdmissionClient:
 
     async def _renew_as_requester(self) -> None:
         """One `everything` renewal per round; no answer comes, so the held leases' expiry is moved
-        here, and only when the signal is known to have arrived before they could have expired."""
+        here, and only when the signal is known to have arrived before they could have expired.
+        Leases it may have arrived too late for are named in the next renewal (sent at once), which
+        brings their decisions back."""
+        late: dict[str, int] = {}  # request id -> lease revision, to be renewed by name
+        retry_at: datetime | None = None  # the singleton was unreachable: not before then
+        me = workflow.info().workflow_id
         while not self._stopped:
             held = {
                 rid: self.decisions[rid] for rid in self.held()
                 if self.is_current(rid) and self.decisions[rid].lease_ttl_seconds is not None
             }
+            named = [
+                LeaseRef(request_id=rid, lease_revision=revision) for rid, revision in sorted(late.items())
+                if self.state_of(rid) == "admitted" and self.decisions[rid].lease_revision == revision
+            ]
             seen = self._version
             due = min((self._due(decision) for decision in held.values()), default=None)
+            if named:
+                due = workflow.now()
+            if due is not None and retry_at is not None:
+                due = max(due, retry_at)
             if due is None:
                 await workflow.wait_condition(lambda: self._version != seen or self._stopped)
                 continue
@@ -245,28 +258,18 @@ class AdmissionClient:
                     await workflow.wait_condition(
                         lambda: self._version != seen or self._stopped, timeout=wait, timeout_summary="next lease renewal",
                     )
-                    continue  # something changed: recompute what is due
-                except asyncio.TimeoutError:
-                    continue  # time moved: recompute what is still current (a lease may have lapsed)
-            sent_at = workflow.now()
-            renewal = RenewBatch(requester=workflow.info().workflow_id, everything=True, sent_at=sent_at, due_at=due)
-            if not await self._signal("renew", renewal):
-                # Unreachable singleton: try again while the leases last (they fail closed meanwhile).
-                retry = timedelta(seconds=max(1.0, min(decision.lease_ttl_seconds or 0 for decision in held.values()) / 10))
-                try:
-                    await workflow.wait_condition(
-                        lambda: self._version != seen or self._stopped, timeout=retry, timeout_summary="retry lease renewal",
-                    )
                 except asyncio.TimeoutError:
                     pass
+                continue  # recompute: something changed, or time moved (a lease may have lapsed)
+            sent_at = workflow.now()
+            renewal = RenewBatch(requester=me, everything=bool(held), leases=named, sent_at=sent_at, due_at=due)
+            if not await self._signal("renew", renewal):
+                # Unreachable singleton: try again while the leases last (they fail closed meanwhile).
+                ttl = min((decision.lease_ttl_seconds or 0 for decision in held.values()), default=0)
+                retry_at = workflow.now() + timedelta(seconds=max(1.0, ttl / 10))
                 continue
-            late = self._extended(held, sent_at, arrived_by=workflow.now())
-            if late:
-                # Arrived too late to be sure: ask for these by name, which brings an answer back.
-                await self._signal("renew", RenewBatch(
-                    requester=renewal.requester, due_at=due,
-                    leases=[LeaseRef(request_id=rid, lease_revision=self.decisions[rid].lease_revision) for rid in late],
-                ))
+            retry_at = None
+            late = {rid: held[rid].lease_revision for rid in self._extended(held, sent_at, arrived_by=workflow.now())}
 
     def _extended(self, sent: dict[str, AdmissionDecision], sent_at: datetime, arrived_by: datetime) -> list[str]:
         """Move the expiry of what the renewal covered; the ones it may have arrived too late for

@@ -121,8 +121,8 @@ class AdmissionWorkflowInput(_Message):
     # Requests (and named leases) one decision pass takes from the inbox; the rest waits for the
     # next pass, after the decisions of this one went out in a workflow task of their own. Keeps a
     # pass well under the SDK's 2 s deadlock detector and its commands under the 4 MB gRPC limit:
-    # a burst of 30,000 submitted requests in one pass broke both.
-    max_requests_per_pass: int = Field(default=2000, ge=1)
+    # a burst of 30,000 submitted requests in one pass broke both, and 2,000 renewals by name the first.
+    max_requests_per_pass: int = Field(default=1000, ge=1)
     carried: "CarriedState | None" = None
 
 

@@ -98,6 +98,7 @@ class AdmissionWorkflow:
         self._timer_fired = False
         self._audit_outbox: list[AuditEvent] = []
         self._exporting = False
+        self._handing_over = False  # continue-as-new is due and its one extra pass has begun
         self._gone_requesters: set[str] = set(carried.gone_requesters) if carried else set()
         self._metrics = AdmissionMetrics(workflow.metric_meter(), input.host_group)
 
@@ -206,7 +207,7 @@ class AdmissionWorkflow:
         while True:
             await self._wait_for_work()
             self._decide()
-            if self._inbox and not self._should_continue_as_new():
+            if self._inbox and not self._should_continue_as_new() and not self._handing_over:
                 # The pass was full: end this workflow task (its decisions go out) before the next.
                 await workflow.sleep(timedelta(milliseconds=1), summary="next decision pass of a burst")
                 continue
@@ -215,11 +216,11 @@ class AdmissionWorkflow:
                 # meanwhile (signals, requesters found gone) is carried, not decided here, so a
                 # steady burst cannot postpone continue-as-new forever.
                 await self._settle_outbound()
-                if len(self._inbox) > CARRY_AT_MOST:
-                    # A burst arrived while the outbound work settled: decide it here rather than
-                    # carry it all; what arrives during this second settling is carried.
-                    self._decide()
-                    await self._settle_outbound()
+                if len(self._inbox) > CARRY_AT_MOST and not self._handing_over:
+                    # A burst arrived while the outbound work settled: one more pass decides it
+                    # rather than carry it all; what arrives after that is carried.
+                    self._handing_over = True
+                    continue
                 await workflow.wait_condition(workflow.all_handlers_finished)
                 workflow.continue_as_new(self._carry())
 
