@@ -467,6 +467,8 @@ class _Design:
 
     async def _finish(self, steps: list[Step], singleton_id: str) -> None:
         """Collect the probes, stop the holders (each reports its losses), read the singleton's histories."""
+        from temporalio.service import RPCError
+
         for index, handle in self.probes:
             steps[index].probes.append(await handle.result())
         await asyncio.gather(*(holder.signal("stop") for holder in self.holders))
@@ -477,7 +479,10 @@ class _Design:
                 owner = next((s for s in reversed(steps) if s.ramp_from <= moment), steps[-1])
                 owner.lost += 1
         await _read_histories(self.client, singleton_id, steps, self.cache)
-        await self.client.get_workflow_handle(singleton_id).terminate(reason="bench finished")
+        try:
+            await self.client.get_workflow_handle(singleton_id).terminate(reason="bench finished")
+        except RPCError as error:  # it may have ended on its own (the server fails a run it cannot persist)
+            print(f"bench: {singleton_id} was no longer running: {error}", file=sys.stderr)
 
 
 async def _read_histories(client, singleton_id: str, steps: list[Step], cache: dict[str, list]) -> None:
