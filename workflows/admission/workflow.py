@@ -5,6 +5,10 @@ serialisation boundary (the policy's "store transaction") and the history is
 the durable store. Signals only append to an inbox; the main loop drains the
 inbox through the engine in one pass, so a burst of signals becomes one batch
 of decisions, one `admission_decided` signal per requester and one audit export.
+A pass takes at most `max_requests_per_pass` requests (a larger burst is decided
+in several passes, each in a workflow task of its own), and requester renewals
+(`RenewBatch.everything`) all go first, before the pass's clock can expire what
+they renew (docs/scaling.md).
 
 Time enters the engine only through `workflow.now()`, and the loop sleeps on a
 single timer until the engine's next wake-up (earliest lease expiry, queue
