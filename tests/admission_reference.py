@@ -45,6 +45,7 @@ from workflows.admission.model import (
     AdmissionRequest,
     AuditEvent,
     Cancel,
+    Extend,
     OpError,
     OpResult,
     QueueEntry,
@@ -470,6 +471,16 @@ def apply(state: RefState, operation: object, now: datetime) -> tuple[RefState, 
         now = state.clock
     state.clock = now
     op = _Op(state, now)
+    if isinstance(operation, Extend):
+        # Effective when the holder sent it (never later than now): before this pass's tick.
+        for rid, renewed_at in operation.renewals.items():
+            at = min(renewed_at, now)
+            until = at + seconds(state.policy.lease_ttl_seconds)
+            r = state.records.get(rid)
+            if r is not None and r.state == "admitted" and at < r.lease_expires_at < until:
+                state.records[rid] = r.model_copy(update={"lease_expires_at": until})
+        tick(op)
+        return state, OpResult(op="extend", ok=True), op.events
     tick(op)
     outcome = _operate(op, operation)
     tick(op)

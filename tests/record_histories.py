@@ -127,6 +127,7 @@ async def record(client: Client, substrate: RunningSubstrate, scratch: Path) -> 
             control = MissionControl(client, TASK_QUEUE)
             await asyncio.gather(
                 admission_probes(client),
+                admission_requester_renewal(client),
                 admission_burst(client),
                 mixed_mission(client, control),
                 cancelled_mission(client, control),
@@ -159,6 +160,28 @@ async def admission_probes(client: Client) -> None:
     await save_chain(client, "probe-steady", "admission-probe-steady")
     await save_chain(client, "probe-urgent", "admission-probe-urgent")
     await save_chain(client, admission_workflow_id("probes"), "admission-probes")
+
+
+async def admission_requester_renewal(client: Client) -> None:
+    """Two probes that renew as requesters (one signal for everything they hold, no answer), on a
+    singleton that decides one request per pass (each two-request submit takes two passes)."""
+    await signal_with_start_admission(
+        client, TASK_QUEUE, "requester-renewal", POLICY, "set_policy", PolicyChange(operator="recorder", policy=POLICY),
+        max_requests_per_pass=1,
+    )
+    probes = [
+        await client.start_workflow(
+            "AdmissionProbeWorkflow",
+            ProbeInput(host_group="requester-renewal", requests=[ProbeRequest(request_id=f"{name}-{i}") for i in range(2)],
+                       hold_seconds=8, renewal="requester"),
+            id=f"probe-{name}", task_queue=TASK_QUEUE,
+        )
+        for name in ("renewing-a", "renewing-b")
+    ]
+    for probe in probes:
+        await probe.result()
+    await save_chain(client, "probe-renewing-a", "admission-probe-requester-renewal")
+    await save_chain(client, admission_workflow_id("requester-renewal"), "admission-requester-renewal")
 
 
 async def admission_burst(client: Client) -> None:

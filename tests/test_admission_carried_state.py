@@ -41,3 +41,31 @@ def test_carried_state_with_10000_queued_mission_requests_is_under_1_mb() -> Non
     restored = codec.decode(carried.engine)
     assert engine.snapshot(restored) == engine.snapshot(state)
     assert codec.unpack_json(carried.requesters_packed) == requesters
+
+
+def test_a_burst_of_30000_submitted_requests_carried_in_the_inbox_stays_under_the_payload_limit() -> None:
+    """Signals that arrive while a run hands over are carried: a burst of submits must not make
+    continue-as-new fail (it would fail on every retry, and the singleton would be stuck)."""
+    from workflows.admission.messages import InboxItem, SubmitBatch
+    from workflows.admission.workflow import carried_state
+
+    policy = AdmissionPolicy(max_concurrent=100_000)
+    base = datetime(2026, 11, 1, tzinfo=timezone.utc)
+    inbox = []
+    for mission_index in range(300):
+        mission = f"mission:{uuid.UUID(int=mission_index)}"
+        inbox.append(InboxItem(kind="submit", submit=SubmitBatch(requester=mission, requests=[
+            AdmissionRequest(
+                request_id=f"{mission}/w{i}", orchestrator_id=mission, environment="prod", provider="local",
+                runtime_kind="container", priority=0, submitted_at=base, queue_timeout_seconds=3600,
+            )
+            for i in range(100)
+        ])))
+    carried = carried_state(engine.new_state(policy), {}, inbox, set(), [], "run-1")
+    payload = pydantic_data_converter.payload_converter.to_payloads(
+        [AdmissionWorkflowInput(host_group="default", policy=policy, carried=carried)]
+    )[0]
+    assert len(payload.data) < 1_000_000, len(payload.data)
+    decoded = AdmissionWorkflowInput.model_validate_json(payload.data).carried
+    assert decoded is not None and decoded.inbox_packed is not None
+    assert [InboxItem.model_validate(item) for item in codec.unpack_json(decoded.inbox_packed)] == inbox

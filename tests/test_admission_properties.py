@@ -38,6 +38,7 @@ from workflows.admission.model import (
     AdmissionRequest,
     AuditEvent,
     Cancel,
+    Extend,
     OpResult,
     PriorityAdmission,
     Reconcile,
@@ -243,7 +244,7 @@ def set_policies(policies: st.SearchStrategy[AdmissionPolicy]) -> st.SearchStrat
 
 
 # How often each operation appears in a trace (by repetition).
-OP_MIX = ["submit"] * 8 + ["renew"] * 4 + ["release"] * 2 + ["cancel"] * 2 + ["reconcile", "snapshot", "set_policy"]
+OP_MIX = ["submit"] * 8 + ["renew"] * 4 + ["extend"] * 3 + ["release"] * 2 + ["cancel"] * 2 + ["reconcile", "snapshot", "set_policy"]
 
 
 @st.composite
@@ -295,6 +296,12 @@ def traces(draw: Callable, profile: Profile) -> tuple[AdmissionPolicy, list[tupl
         operation = draw({
             "submit": submit(clock),
             "renew": st.builds(Renew, request_id=rid, lease_revision=st.one_of(st.none(), st.integers(0, 3))),
+            # A requester renewal: some of the ids, as of a moment near the clock (sometimes one a
+            # lease outlived, sometimes the future, which the engine clamps to now).
+            "extend": st.builds(Extend, renewals=st.dictionaries(
+                rid, st.sampled_from([0, 0, 1, 3, 20, 70, -2]).map(lambda back: T0 + timedelta(seconds=clock - back)),
+                max_size=4,
+            )),
             "release": st.builds(Release, request_id=rid),
             "cancel": st.builds(Cancel, request_id=rid),
             "reconcile": st.just(Reconcile()),
@@ -391,7 +398,13 @@ class Observer:
                 assert self.states[rid] in TERMINAL_STATES, f"a live record vanished: {old}"
                 continue
             assert new.revision == old.revision + per_id[rid], f"revision must add 1 per change: {old} -> {new}"
-            if per_id[rid] == 0:
+            if per_id[rid] == 0 and isinstance(operation, Extend) and rid in operation.renewals:
+                # The one change without an event: a requester renewal moves a held lease's expiry
+                # later, and nothing else (not its revision, not its lease revision).
+                assert new.state == old.state, (old, new)
+                assert new.lease_expires_at is None or new.lease_expires_at >= old.lease_expires_at, (old, new)
+                assert new.model_copy(update={"lease_expires_at": old.lease_expires_at}) == old, (old, new)
+            elif per_id[rid] == 0:
                 assert new == old, f"a record changed without an event: {old} -> {new}"
             if old.state in TERMINAL_STATES:
                 assert new == old, f"a terminal record changed: {old} -> {new}"

@@ -3,6 +3,13 @@
 One `AdmissionClient` per requester workflow: it submits batches, receives `admission_decided` signals, keeps every held lease alive with ONE timer
 loop that renews all of them at a third of the TTL, and releases or cancels.
 
+Renewal comes in two forms (docs/scaling.md). `renewal="requester"`: one signal that names no
+lease ("everything I hold", as of the moment it was sent) and gets no answer; once the signal is
+delivered before the earliest of those leases would have expired, the singleton cannot expire
+them before it has applied the renewal (it reads every delivered signal before it looks at its
+clock), so the requester extends its own view to sent_at + TTL. `renewal="per-lease"`: each
+lease named with its revision, renewed when decided, a new lease revision and a decision back.
+
 A submit is a plain signal to the running singleton;
 only when that fails (the first requester of a host group, or the singleton was
 terminated) does it fall back to signal-with-start through an activity, which
@@ -19,7 +26,8 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Iterable
-from datetime import timedelta
+from datetime import datetime, timedelta
+from typing import Literal
 
 from temporalio import workflow
 
@@ -45,9 +53,13 @@ SUBMIT_ACTIVITY = "submit_admission_batch"
 INTERRUPTIONS: frozenset[str] = frozenset({"requeued", "displaced", "preempted"})
 
 
+Renewal = Literal["requester", "per-lease"]
+
+
 class AdmissionClient:
-    def __init__(self, host_group: str, *, search_attributes: bool = False) -> None:
+    def __init__(self, host_group: str, *, search_attributes: bool = False, renewal: Renewal = "per-lease") -> None:
         self.host_group = host_group
+        self.renewal = renewal
         self._search_attributes = search_attributes
         self.decisions: dict[str, AdmissionDecision] = {}
         self.history: list[AdmissionDecision] = []
@@ -205,6 +217,9 @@ class AdmissionClient:
 
     async def keep_leases_alive(self) -> None:
         """Renew every held lease at a third of its TTL with one timer; run it as a task."""
+        if self.renewal == "requester":
+            await self._renew_as_requester()
+            return
         while not self._stopped:
             due = self._renewals_due()
             seen = self._version
@@ -228,7 +243,77 @@ class AdmissionClient:
             if leases:
                 for lease in leases:
                     self._renew_sent[lease.request_id] = lease.lease_revision
-                await self._signal("renew", RenewBatch(requester=workflow.info().workflow_id, leases=leases))
+                await self._signal("renew", RenewBatch(requester=workflow.info().workflow_id, leases=leases, due_at=due))
+
+    async def _renew_as_requester(self) -> None:
+        """One `everything` renewal per round; no answer comes, so the held leases' expiry is moved
+        here, and only when the signal is known to have arrived before they could have expired.
+        Leases it may have arrived too late for are named in the next renewal (sent at once), which
+        brings their decisions back."""
+        late: dict[str, int] = {}  # request id -> lease revision, to be renewed by name
+        retry_at: datetime | None = None  # the singleton was unreachable: not before then
+        me = workflow.info().workflow_id
+        while not self._stopped:
+            held = {
+                rid: self.decisions[rid] for rid in self.held()
+                if self.is_current(rid) and self.decisions[rid].lease_ttl_seconds is not None
+            }
+            named = [
+                LeaseRef(request_id=rid, lease_revision=revision) for rid, revision in sorted(late.items())
+                if self.state_of(rid) == "admitted" and self.decisions[rid].lease_revision == revision
+            ]
+            seen = self._version
+            due = min((self._due(decision) for decision in held.values()), default=None)
+            if named:
+                due = workflow.now()
+            if due is not None and retry_at is not None:
+                due = max(due, retry_at)
+            if due is None:
+                await workflow.wait_condition(lambda: self._version != seen or self._stopped)
+                continue
+            wait = due - workflow.now()
+            if wait > timedelta(0):
+                try:
+                    await workflow.wait_condition(
+                        lambda: self._version != seen or self._stopped, timeout=wait, timeout_summary="next lease renewal",
+                    )
+                except asyncio.TimeoutError:
+                    pass
+                continue  # recompute: something changed, or time moved (a lease may have lapsed)
+            sent_at = workflow.now()
+            renewal = RenewBatch(requester=me, everything=bool(held), leases=named, sent_at=sent_at, due_at=due)
+            if not await self._signal("renew", renewal):
+                # Unreachable singleton: try again while the leases last (they fail closed meanwhile).
+                ttl = min((decision.lease_ttl_seconds or 0 for decision in held.values()), default=0)
+                retry_at = workflow.now() + timedelta(seconds=max(1.0, ttl / 10))
+                continue
+            retry_at = None
+            late = {rid: held[rid].lease_revision for rid in self._extended(held, sent_at, arrived_by=workflow.now())}
+
+    def _extended(self, sent: dict[str, AdmissionDecision], sent_at: datetime, arrived_by: datetime) -> list[str]:
+        """Move the expiry of what the renewal covered; the ones it may have arrived too late for
+        (still admitted, at the same lease revision) are returned."""
+        late = []
+        for rid, before in sent.items():
+            decision = self.decisions.get(rid)
+            if (
+                decision is None or decision.state != "admitted" or decision.lease_revision != before.lease_revision
+                or before.lease_expires_at is None or decision.lease_expires_at is None
+                or decision.lease_ttl_seconds is None
+            ):
+                continue
+            if arrived_by >= before.lease_expires_at:  # the singleton may have expired it first
+                late.append(rid)
+                continue
+            until = sent_at + timedelta(seconds=decision.lease_ttl_seconds)
+            if until > decision.lease_expires_at:
+                self.decisions[rid] = decision.model_copy(update={"lease_expires_at": until})
+        return sorted(late)
+
+    @staticmethod
+    def _due(decision: AdmissionDecision) -> datetime:
+        assert decision.lease_expires_at is not None and decision.lease_ttl_seconds is not None
+        return decision.lease_expires_at - timedelta(seconds=decision.lease_ttl_seconds * 2 / 3)
 
     def _renewals_due(self):
         """When the earliest held lease not already being renewed reaches a third of its TTL."""

@@ -55,6 +55,7 @@ from workflows.admission.model import (
     AdmissionRequest,
     AuditEvent,
     Cancel,
+    Extend,
     OpError,
     OpResult,
     QueueEntry,
@@ -1223,6 +1224,26 @@ def _renew(state: EngineState, changes: _Changes, op: Renew) -> Rec | OpResult:
     return rec
 
 
+def _extend(state: EngineState, op: Extend) -> OpResult:
+    """Applied before the operation's first tick: a renewal took effect when it was sent (never
+    later than now), so a lease still alive then is not expired by this pass. A lease that had
+    already run out when the renewal was sent is not brought back, and no lease is shortened."""
+    now_us = state.now_us
+    ttl_us = state.lease_ttl_us
+    records = state.records
+    for request_id, renewed_at in op.renewals.items():
+        rec = records.get(request_id)
+        if rec is None or rec.state != "admitted":
+            continue
+        at_us = min(to_micros(renewed_at), now_us)
+        expires_us = at_us + ttl_us
+        if rec.lease_expires_us <= at_us or rec.lease_expires_us >= expires_us:
+            continue
+        rec.lease_expires_us = expires_us
+        heapq.heappush(state.lease_heap, (expires_us, request_id))
+    return OpResult.model_construct(op="extend", ok=True, record=None, snapshot=None, error=None)
+
+
 def _release(state: EngineState, changes: _Changes, op: Release) -> Rec | OpResult:
     rec = state.records.get(op.request_id)
     if rec is None:
@@ -1291,12 +1312,17 @@ _HANDLERS = {
 
 def apply(
     state: EngineState,
-    operation: Submit | Renew | Release | Cancel | Reconcile | TakeSnapshot | SetPolicy,
+    operation: Submit | Renew | Extend | Release | Cancel | Reconcile | TakeSnapshot | SetPolicy,
     now: datetime,
 ) -> tuple[EngineState, OpResult, list[AuditEvent]]:
-    """Apply one operation at `now`: tick, the operation, tick. See docs/admission-engine.md."""
+    """Apply one operation at `now`: tick, the operation, tick (an `Extend`: the operation, tick).
+    See docs/admission-engine.md."""
     state.now_us = max(state.now_us, to_micros(now))
     changes = _Changes(state)
+    if operation.op == "extend":
+        result = _extend(state, operation)  # type: ignore[arg-type]
+        _tick(state, changes)
+        return state, result, changes.events
     _tick(state, changes)
     handler = _HANDLERS.get(operation.op)
     outcome = handler(state, changes, operation) if handler else None

@@ -38,8 +38,20 @@ class LeaseRef(_Message):
 
 
 class RenewBatch(_Message):
+    """Either named leases (`leases`, each renewed now with a new lease revision and a decision
+    back) or a requester renewal (`everything`): every lease this requester holds, renewed as of
+    `sent_at`, with no per-lease payload, no decision back and no audit event (docs/scaling.md)."""
+
     requester: str
-    leases: list[LeaseRef]
+    leases: list[LeaseRef] = Field(default_factory=list)
+    everything: bool = False
+    # The requester's workflow time when it sent the signal: a requester renewal takes effect
+    # then (the singleton never takes a later moment than its own clock), and the requester
+    # counts its leases current until sent_at + TTL once the signal is delivered in time.
+    sent_at: datetime | None = None
+    # When the renewal was due (a third of the TTL into the lease): the singleton's history then
+    # shows how late renewals are decided (bench/admission_sustained.py reads it).
+    due_at: datetime | None = None
 
 
 class ReleaseBatch(_Message):
@@ -106,6 +118,11 @@ class AdmissionWorkflowInput(_Message):
     # suggested it (lets tests and cautious operators force it early).
     max_history_events: int = Field(default=10_000, ge=100)
     recent_audit_events: int = Field(default=200, ge=0)
+    # Requests (and named leases) one decision pass takes from the inbox; the rest waits for the
+    # next pass, after the decisions of this one went out in a workflow task of their own. Keeps a
+    # pass well under the SDK's 2 s deadlock detector and its commands under the 4 MB gRPC limit:
+    # a burst of 30,000 submitted requests in one pass broke both, and 2,000 renewals by name the first.
+    max_requests_per_pass: int = Field(default=1000, ge=1)
     carried: "CarriedState | None" = None
 
 
@@ -117,7 +134,11 @@ class CarriedState(_Message):
     # 10,000 mission-shaped ids alone is ~1 MB. `requesters` is read for runs recorded before that.
     requesters: dict[str, str] = Field(default_factory=dict)
     requesters_packed: str | None = None
-    inbox: list["InboxItem"]
+    # Signals that arrived while the run handed over, packed like the requester map: a burst of
+    # submits carried as plain JSON (30,000 requests: 8.8 MB) would exceed the server's 2 MB
+    # payload limit, fail continue-as-new and wedge the singleton. `inbox` is read for older runs.
+    inbox: list["InboxItem"] = Field(default_factory=list)
+    inbox_packed: str | None = None
     gone_requesters: list[str] = Field(default_factory=list)
     recent_audit: list[AuditEvent]
     audit_chain: str  # first run id of the chain: keys the audit store across continue-as-new

@@ -215,6 +215,15 @@ class Renew(_Strict):
     lease_revision: int | None = None
 
 
+class Extend(_Strict):
+    """Renew leases, each as of when its holder sent the renewal (request id -> that moment): no
+    event, no new lease revision. What the requester renewals (`RenewBatch.everything`) of one
+    decision pass become in the engine: one operation, so that none is expired by another's tick."""
+
+    op: Literal["extend"] = "extend"
+    renewals: dict[str, AwareDatetime]
+
+
 class Release(_Strict):
     op: Literal["release"] = "release"
     request_id: str
@@ -240,7 +249,7 @@ class SetPolicy(_Strict):
 
 
 Operation = Annotated[
-    Union[Submit, Renew, Release, Cancel, Reconcile, TakeSnapshot, SetPolicy],
+    Union[Submit, Renew, Extend, Release, Cancel, Reconcile, TakeSnapshot, SetPolicy],
     Field(discriminator="op"),
 ]
 

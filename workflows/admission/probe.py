@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    from workflows.admission.client import AdmissionClient
+    from workflows.admission.client import AdmissionClient, Renewal
     from workflows.admission.messages import AdmissionDecision
     from workflows.admission.model import AdmissionRequest, PriorityClass, RuntimeKind
 
@@ -42,6 +42,7 @@ class ProbeInput(BaseModel):
     requests: list[ProbeRequest]
     hold_seconds: float = Field(default=0, ge=0)
     renew: bool = True
+    renewal: Renewal = "per-lease"  # how it renews (workflows.admission.client)
     decision_timeout_seconds: float = Field(default=3600, gt=0)
     confirm_give_back: bool = True
 
@@ -64,7 +65,7 @@ class AdmissionProbeWorkflow:
 
     @workflow.run
     async def run(self, input: ProbeInput) -> ProbeResult:
-        admission = AdmissionClient(input.host_group)
+        admission = AdmissionClient(input.host_group, renewal=input.renewal)
         me = workflow.info().workflow_id
         now = workflow.now()
         requests = [

@@ -5,6 +5,10 @@ serialisation boundary (the policy's "store transaction") and the history is
 the durable store. Signals only append to an inbox; the main loop drains the
 inbox through the engine in one pass, so a burst of signals becomes one batch
 of decisions, one `admission_decided` signal per requester and one audit export.
+A pass takes at most `max_requests_per_pass` requests (a larger burst is decided
+in several passes, each in a workflow task of its own), and requester renewals
+(`RenewBatch.everything`) all go first, before the pass's clock can expire what
+they renew (docs/scaling.md).
 
 Time enters the engine only through `workflow.now()`, and the loop sleeps on a
 single timer until the engine's next wake-up (earliest lease expiry, queue
@@ -50,6 +54,7 @@ with workflow.unsafe.imports_passed_through():
         AdmissionRequest,
         AuditEvent,
         Cancel,
+        Extend,
         OpResult,
         Reconcile,
         Release,
@@ -62,6 +67,7 @@ with workflow.unsafe.imports_passed_through():
 
 EXPORT_AUDIT_ACTIVITY = "export_audit_events"
 MAX_EVENTS_PER_EXPORT = 500  # keeps one export's input far below the server's payload limit
+CARRY_AT_MOST = 100  # inbox items a continue-as-new carries without one more decision pass first
 
 
 @workflow.defn(name="AdmissionWorkflow")
@@ -82,14 +88,21 @@ class AdmissionWorkflow:
             if carried.requesters_packed is not None:
                 self._requesters.update(codec.unpack_json(carried.requesters_packed))  # type: ignore[arg-type]
             self._inbox = list(carried.inbox)
+            if carried.inbox_packed is not None:
+                self._inbox.extend(InboxItem.model_validate(item) for item in codec.unpack_json(carried.inbox_packed))  # type: ignore[union-attr]
             self._recent = deque(carried.recent_audit, maxlen=input.recent_audit_events)
             self._audit_chain = carried.audit_chain
+        # requester -> its request ids, for renewals that name none (rebuilt, never carried)
+        self._by_requester: dict[str, set[str]] = defaultdict(set)
+        for request_id, requester in self._requesters.items():
+            self._by_requester[requester].add(request_id)
         self._pending: set[asyncio.Task[None]] = set()
         self._timer: asyncio.Task[None] | None = None
         self._timer_at: datetime | None = None
         self._timer_fired = False
         self._audit_outbox: list[AuditEvent] = []
         self._exporting = False
+        self._handing_over = False  # continue-as-new is due and its one extra pass has begun
         self._gone_requesters: set[str] = set(carried.gone_requesters) if carried else set()
         self._metrics = AdmissionMetrics(workflow.metric_meter(), input.host_group)
 
@@ -104,7 +117,7 @@ class AdmissionWorkflow:
 
     @workflow.signal(description=(
         "For requester workflows (missions, workloads) only, through workflows.admission.client; not an operator action. "
-        "Renews held leases (sent on a durable timer at a third of the TTL)."
+        "Renews held leases (sent on a durable timer at a third of the TTL): named ones, or everything the requester holds."
     ))
     def renew(self, batch: RenewBatch) -> None:
         self._inbox.append(InboxItem(kind="renew", renew=batch))
@@ -198,11 +211,20 @@ class AdmissionWorkflow:
         while True:
             await self._wait_for_work()
             self._decide()
+            if self._inbox and not self._should_continue_as_new() and not self._handing_over:
+                # The pass was full: end this workflow task (its decisions go out) before the next.
+                await workflow.sleep(timedelta(milliseconds=1), summary="next decision pass of a burst")
+                continue
             if self._should_continue_as_new():
                 # Outbound signals and audit exports must finish in this run; whatever arrives
                 # meanwhile (signals, requesters found gone) is carried, not decided here, so a
                 # steady burst cannot postpone continue-as-new forever.
                 await self._settle_outbound()
+                if len(self._inbox) > CARRY_AT_MOST and not self._handing_over:
+                    # A burst arrived while the outbound work settled: one more pass decides it
+                    # rather than carry it all; what arrives after that is carried.
+                    self._handing_over = True
+                    continue
                 await workflow.wait_condition(workflow.all_handlers_finished)
                 workflow.continue_as_new(self._carry())
 
@@ -235,7 +257,7 @@ class AdmissionWorkflow:
     def _decide(self) -> None:
         """One pass: every inbox item through the engine, then one signal per requester."""
         now = workflow.now()
-        items, self._inbox = self._inbox, []
+        items = self._take_inbox()
         touched: dict[str, dict[str, AdmissionDecision | None]] = defaultdict(dict)
         errors: dict[tuple[str, str], OpResult] = {}
         events: list[AuditEvent] = []
@@ -250,6 +272,9 @@ class AdmissionWorkflow:
                     errors[(requester, request_id)] = result
             return result
 
+        # Requester renewals first: each took effect when it was sent, before this pass's clock
+        # could expire what it renews. They touch no one (no event, no decision back).
+        self._extend([item.renew for item in items if item.renew is not None and item.renew.everything], now, apply)
         for requester in sorted(self._gone_requesters):
             self._abandon(requester, apply)
         self._gone_requesters.clear()
@@ -272,6 +297,31 @@ class AdmissionWorkflow:
         if events:
             self._export_audit(events)
         self._report(events)
+
+    def _take_inbox(self) -> list[InboxItem]:
+        """The inbox items of one pass: up to `max_requests_per_pass` requests or leases they name
+        (a submit batch that does not fit is split; any other signal is taken whole)."""
+        # Requester renewals always go, all of them: each must be applied before a pass's clock
+        # can expire what it renews, and they cost a pass next to nothing.
+        taken = [item for item in self._inbox if item.renew is not None and item.renew.everything]
+        if taken:
+            self._inbox = [item for item in self._inbox if not (item.renew is not None and item.renew.everything)]
+        budget = self._input.max_requests_per_pass
+        others = 0
+        while self._inbox and budget > 0:
+            item = self._inbox[0]
+            if item.submit is not None and len(item.submit.requests) > budget and not others:
+                requests = item.submit.requests
+                self._inbox[0] = item.model_copy(update={"submit": item.submit.model_copy(update={"requests": requests[budget:]})})
+                taken.append(item.model_copy(update={"submit": item.submit.model_copy(update={"requests": requests[:budget]})}))
+                break
+            size = _weight(item)
+            if others and size > budget:
+                break
+            taken.append(self._inbox.pop(0))
+            others += 1
+            budget -= size
+        return taken
 
     def _report(self, events: list[AuditEvent]) -> None:
         """What the UI's current details and the metrics show: queue depth and usage per limit."""
@@ -307,8 +357,9 @@ class AdmissionWorkflow:
                 result = apply(Submit(request=request), requester, request.request_id)
                 if result.ok and request.request_id not in self._requesters:
                     self._requesters[request.request_id] = requester
+                    self._by_requester[requester].add(request.request_id)
         elif item.renew is not None:
-            for lease in item.renew.leases:
+            for lease in item.renew.leases:  # a requester renewal (`everything`) names none
                 apply(Renew(request_id=lease.request_id, lease_revision=lease.lease_revision), item.renew.requester, lease.request_id)
         elif item.release is not None:
             reply_to = item.release.requester if item.release.confirm else None
@@ -325,6 +376,16 @@ class AdmissionWorkflow:
         elif item.set_policy is not None:
             workflow.logger.info("policy changed by %s", item.set_policy.operator)
             apply(SetPolicy(policy=item.set_policy.policy, operator=item.set_policy.operator), None, None)
+
+    def _extend(self, batches: list[RenewBatch], now: datetime, apply) -> None:
+        """Every lease each requester holds, renewed as of when it sent the renewal (at most now)."""
+        renewals: dict[str, datetime] = {}
+        for batch in batches:
+            renewed_at = now if batch.sent_at is None else min(batch.sent_at, now)
+            for request_id in self._by_requester.get(batch.requester, ()):
+                renewals[request_id] = max(renewed_at, renewals.get(request_id, renewed_at))
+        if renewals:
+            apply(Extend.model_construct(renewals=renewals), None, None)
 
     def _abandon(self, requester: str, apply) -> None:
         """A requester that no longer exists gives back everything it holds or waits for."""
@@ -345,6 +406,9 @@ class AdmissionWorkflow:
         if len(self._requesters) > 2 * max(1, len(self._state.records)):
             records = self._state.records
             self._requesters = {rid: who for rid, who in self._requesters.items() if rid in records}
+            self._by_requester = defaultdict(set)
+            for rid, who in self._requesters.items():
+                self._by_requester[who].add(rid)
 
     def _send_decisions(self, touched, happened, errors) -> None:
         state = self._state
@@ -441,6 +505,19 @@ class AdmissionWorkflow:
         })
 
 
+def _weight(item: InboxItem) -> int:
+    """What an inbox item costs a decision pass, in requests or leases."""
+    if item.submit is not None:
+        return len(item.submit.requests)
+    if item.renew is not None:
+        return max(1, len(item.renew.leases))
+    if item.release is not None:
+        return max(1, len(item.release.request_ids))
+    if item.cancel is not None:
+        return max(1, len(item.cancel.request_ids))
+    return 1
+
+
 def carried_state(
     state: engine.EngineState,
     requesters: dict[str, str],
@@ -454,7 +531,7 @@ def carried_state(
     return CarriedState(
         engine=codec.encode(state),
         requesters_packed=codec.pack_json({rid: who for rid, who in requesters.items() if rid in records}),
-        inbox=inbox,
+        inbox_packed=codec.pack_json([item.model_dump(mode="json") for item in inbox]) if inbox else None,
         gone_requesters=sorted(gone_requesters),
         recent_audit=recent_audit,
         audit_chain=audit_chain,

@@ -1,0 +1,49 @@
+"""bench/admission_sustained.py --quick: both designs hold their leases and the table is complete.
+
+It checks what the benchmark's output must always show, never how fast anything was: every
+step of every design measured, no lease lost, renewals decided inside the window (so lag
+figures exist), probes decided, and the requester design answering no renewal.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def results(output: str) -> list[dict[str, str]]:
+    rows = []
+    for line in output.splitlines():
+        if line.startswith("RESULT "):
+            rows.append(dict(field.split("=", 1) for field in line.split()[1:]))
+    return rows
+
+
+def test_quick_run_prints_every_step_of_both_designs_and_loses_no_lease():
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    run = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "admission_sustained.py"), "--quick"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=240,
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    rows = results(run.stdout)
+    assert [(row["design"], row["held"]) for row in rows] == [
+        ("per-lease", "0"), ("per-lease", "100"), ("requester", "0"), ("requester", "100"),
+    ], run.stdout
+    for row in rows:
+        assert row["measured"] == "1" and row["lost"] == "0" and row["verdict"] == "ok", row
+        assert int(row["probes"]) > 0 and row["new_p99"] != "none", row
+    for row in rows:
+        if row["held"] == "100":
+            assert int(row["renewals"]) > 0, row
+            assert float(row["lag_p50"]) <= float(row["lag_p99"]), row
+            assert int(row["renew_signals"]) > 0, row
+    per_lease, requester = (next(r for r in rows if r["design"] == d and r["held"] == "100") for d in ("per-lease", "requester"))
+    # Per-lease: a decision goes back for every renewal; requester: only the probes hear back.
+    assert int(per_lease["signals_out"]) >= int(per_lease["renew_signals"]) // 2, per_lease
+    assert int(requester["signals_out"]) <= int(requester["probes"]) + 2, requester
+    assert "breaks at" in run.stdout or "did not break" in run.stdout
