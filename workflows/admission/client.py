@@ -66,6 +66,9 @@ class AdmissionClient:
         self._mine: set[str] = set()
         self._renew_sent: dict[str, int] = {}  # request id -> lease revision a renewal was sent for
         self._giving_back: set[str] = set()  # released or cancelled with confirmation, not yet answered
+        # Given back while no singleton could be reached: no confirmation will come (closing only,
+        # so never carried across continue-as-new).
+        self._unanswered: set[str] = set()
         self._version = 0  # bumped on every decision batch; waiters compare, never reset
         # request id -> how many times its lease was taken away, and the decision that last did:
         # a requester compares the count with the one it started work under, since a lease taken
@@ -189,7 +192,11 @@ class AdmissionClient:
             return
         if confirm:
             self._giving_back.update(ids)
-        await self._signal(signal, batch(requester=workflow.info().workflow_id, request_ids=ids, confirm=confirm))
+        delivered = await self._signal(signal, batch(requester=workflow.info().workflow_id, request_ids=ids, confirm=confirm))
+        if confirm and not delivered:
+            # No singleton took it (none was ever started, or it is gone): no answer will come.
+            # What it may still hold lapses at the TTL, as every lease of a silent holder does.
+            self._unanswered.update(ids)
 
     async def give_back_everything(self, confirm_within: timedelta | None = timedelta(minutes=1)) -> bool:
         """Release what is admitted, cancel what is still waiting, and wait for the confirmation
@@ -205,7 +212,7 @@ class AdmissionClient:
             return True
         try:
             await workflow.wait_condition(
-                lambda: all(self.state_of(rid) not in live for rid in self._mine),
+                lambda: all(self.state_of(rid) not in live for rid in self._mine - self._unanswered),
                 timeout=confirm_within,
                 timeout_summary="release confirmation",
             )
@@ -329,8 +336,16 @@ class AdmissionClient:
 
     async def _signal(self, name: str, payload: object, *, expect_failure: bool = False) -> bool:
         """Signal the singleton; False (logged) when it cannot be reached."""
+        # Shielded: a cancellation of the requester must not cancel a signal in flight. Cancelling
+        # one asks the server to cancel it, and when its outcome (say, failed: no singleton yet)
+        # comes in the same workflow task as the cancellation, that request is an invalid
+        # transition of the signal's state machine: a nondeterminism error on the next replay.
+        sent = asyncio.ensure_future(
+            workflow.get_external_workflow_handle(admission_workflow_id(self.host_group)).signal(name, payload)
+        )
+        sent.add_done_callback(_retrieve)
         try:
-            await workflow.get_external_workflow_handle(admission_workflow_id(self.host_group)).signal(name, payload)
+            await asyncio.shield(sent)
         except asyncio.CancelledError:
             raise
         except Exception as error:
@@ -339,3 +354,9 @@ class AdmissionClient:
             log("admission workflow for %s unreachable: %s", self.host_group, error)
             return False
         return True
+
+
+def _retrieve(task: asyncio.Future[None]) -> None:
+    """Take a shielded signal's outcome, so a requester cancelled meanwhile leaves no unread error."""
+    if not task.cancelled():
+        task.exception()
