@@ -134,6 +134,33 @@ def task_view(
     )
 
 
+V = TypeVar("V")
+
+
+async def poll(
+    value: V, read: Callable[[], Awaitable[V]], done: Callable[[V], bool], *, within: float, longest_pause: float,
+    beat: Callable[[V], object] | None = None,
+) -> V:
+    """Read again until `done(value)` or `within` seconds have passed, never sleeping past that.
+
+    The first pause is FIRST_POLL_SECONDS, doubling to `longest_pause`: a change usually follows
+    soon after the last one (a short command ends moments after it started), and a long wait
+    should not cost more polls. `beat` runs before every pause: an activity heartbeats there, so
+    a dead worker is noticed and a cancellation from the workflow is delivered (as
+    `CancelledError` at the next await).
+    """
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + within
+    pause = min(FIRST_POLL_SECONDS, longest_pause)
+    while not done(value) and loop.time() < deadline:
+        if beat is not None:
+            beat(value)
+        await asyncio.sleep(min(pause, max(0.0, deadline - loop.time())))
+        pause = min(pause * 2, longest_pause)
+        value = await read()
+    return value
+
+
 class FleetActivities:
     """One fleet client (management token) and one executor client (executor token) per worker."""
 
@@ -306,25 +333,18 @@ class FleetActivities:
 
     @activity.defn(name=WATCH_WORKLOAD)
     async def watch_workload(self, request: WatchWorkload) -> WorkloadRecord:
-        """Poll until the record's revision passes `after_revision` (or `max_wait_seconds` pass).
-
-        The first polls come quickly and back off (doubling from FIRST_POLL_SECONDS) to the
-        request's interval: a change usually follows soon after the last one (a short command
-        ends moments after it started), and a long wait should not cost more polls.
-        Heartbeats on every poll, so a dead worker is noticed within the heartbeat timeout and a
-        cancellation from the workflow is delivered here (as `CancelledError` at the next await).
-        """
+        """Poll (`poll`, backing off to the request's interval, heartbeating) until the record's
+        revision passes `after_revision` or `max_wait_seconds` pass."""
         fleet, _ = self._clients()
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + request.max_wait_seconds
-        pause = min(FIRST_POLL_SECONDS, request.poll_interval_seconds)
-        while True:
-            record = await self._call(WATCH_WORKLOAD, lambda: fleet.get(request.child_id))
-            if record.status.revision > request.after_revision or loop.time() >= deadline:
-                return record
-            activity.heartbeat(record.status.revision)
-            await asyncio.sleep(min(pause, max(0.0, deadline - loop.time())))
-            pause = min(pause * 2, request.poll_interval_seconds)
+
+        async def read() -> WorkloadRecord:
+            return await self._call(WATCH_WORKLOAD, lambda: fleet.get(request.child_id))
+
+        return await poll(
+            await read(), read, lambda record: record.status.revision > request.after_revision,
+            within=request.max_wait_seconds, longest_pause=request.poll_interval_seconds,
+            beat=lambda record: activity.heartbeat(record.status.revision),
+        )
 
     @activity.defn(name=RECONCILE)
     async def reconcile(self, request: Reconcile) -> ReconcileResult:
@@ -363,14 +383,11 @@ class FleetActivities:
             return Dispatched(task=task, record=await self._call(GET_WORKLOAD, lambda: fleet.get(request.child_id)))
         await self._call(OBSERVE_WORKLOAD, lambda: self._bind(request.child_id, task, admitted))
         # Read it back: the read projects the task's state into the bound record.
-        record = await self._call(GET_WORKLOAD, lambda: fleet.get(request.child_id))
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + request.wait_for_end_seconds
-        pause = FIRST_POLL_SECONDS
-        while not finished(record) and loop.time() + pause <= deadline:
-            await asyncio.sleep(pause)
-            pause *= 2
-            record = await self._call(GET_WORKLOAD, lambda: fleet.get(request.child_id))
+        async def read() -> WorkloadRecord:
+            return await self._call(GET_WORKLOAD, lambda: fleet.get(request.child_id))
+
+        wait = request.wait_for_end_seconds
+        record = await poll(await read(), read, finished, within=wait, longest_pause=wait)
         if output_version(record) is None:
             return Dispatched(task=task, record=record)
         ended = await self.read_output(
@@ -478,26 +495,28 @@ class FleetActivities:
             context_id=request.context_id,
         )
         task = await self._call(RUN_VERIFIER, lambda: executor.send_message(request.instance_id, dispatch))
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + request.timeout_seconds + VERIFIER_GRACE_SECONDS
-        pause = FIRST_POLL_SECONDS
+        running = TaskRef(instance_id=request.instance_id, task_id=task.id, max_output_chars=0)
+
+        async def read() -> Task:
+            return await self._call(RUN_VERIFIER, lambda: executor.get_task(request.instance_id, running.task_id))
+
         try:
-            while not task.terminal and loop.time() < deadline:
-                activity.heartbeat(task.status.state)
-                await asyncio.sleep(min(pause, max(0.0, deadline - loop.time())))
-                pause = min(pause * 2, request.poll_interval_seconds)
-                task = await self._call(RUN_VERIFIER, lambda: executor.get_task(request.instance_id, task.id))
+            task = await poll(
+                task, read, lambda task: task.terminal,
+                within=request.timeout_seconds + VERIFIER_GRACE_SECONDS, longest_pause=request.poll_interval_seconds,
+                beat=lambda task: activity.heartbeat(task.status.state),
+            )
         except asyncio.CancelledError:  # the workload was cancelled: nothing of it may run on
-            stop = TaskRef(instance_id=request.instance_id, task_id=task.id, max_output_chars=0)
-            await asyncio.shield(self.cancel_task(stop))
+            await asyncio.shield(self.cancel_task(running))
             raise
-        if not task.terminal:
-            await self.cancel_task(TaskRef(instance_id=request.instance_id, task_id=task.id, max_output_chars=0))
-            task = await self._call(RUN_VERIFIER, lambda: executor.get_task(request.instance_id, task.id))
+        overdue = not task.terminal
+        if overdue:
+            await self.cancel_task(running)
+            task = await read()
         status = task.status.model_dump(mode="json", by_alias=True, exclude_none=True)
         text = task.status_text()
-        if not task.terminal:
-            text = f"still {task.status.state} after its {request.timeout_seconds} s time budget; cancelled"
+        if overdue:
+            text = f"still running after its {request.timeout_seconds} s time budget; cancelled"
         return VerifierRun(
             task_id=task.id,
             state=task.status.state,

@@ -98,7 +98,7 @@ def test_a_verifier_runs_in_its_attempts_workspace_and_an_agent_keeps_one_sessio
 
     checked = [build_dispatch(input("one-shot-command", n, verifier="true")).context_id for n in (1, 2)]
     assert checked == ["m:c:context", "m:c:attempt-2:context"]
-    assert build_verifier_run(input("one-shot-command", 2, verifier="true"), "task-2").context_id == checked[1]
+    assert build_verifier_run(input("one-shot-command", 2, verifier="true")).context_id == checked[1]
     agent = {build_dispatch(input("persistent-agent", n)).context_id for n in (1, 2, 3)}
     assert agent == {"m:c:context"}
     assert build_dispatch(input("one-shot-command", 2)).context_id is None  # nothing shares its workspace

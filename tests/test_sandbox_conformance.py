@@ -324,7 +324,7 @@ async def test_the_artifacts_output_is_cut_to_the_callers_limit() -> None:
 async def run_verifier(server: RealServer, command: str = "test -s answer.txt") -> Any:
     activities = FleetActivities(BASE, BASE, "admin-token", "operator-token", transport=httpx.MockTransport(server))
     request = RunVerifier(instance_id=HOST_ID, message_id="m-1:c-1:verify", context_id="m-1:c-1:context",
-                          command=command, timeout_seconds=60, checked_task_id="task-1", poll_interval_seconds=0.01)  # fmt: skip
+                          command=command, timeout_seconds=60, poll_interval_seconds=0.01)  # fmt: skip
     try:
         return await ActivityEnvironment().run(activities.run_verifier, request)
     finally:

@@ -176,7 +176,6 @@ class RunVerifier(_Message):
     context_id: str = Field(min_length=1, max_length=256)
     command: str = Field(min_length=1)
     timeout_seconds: int = Field(ge=1)
-    checked_task_id: str  # the child's task the verifier checks (named in the verifier's outcome)
     poll_interval_seconds: float = Field(default=1.0, gt=0, le=60)
 
 

@@ -125,7 +125,7 @@ def task_context_id(input: WorkloadInput) -> str | None:
     return None
 
 
-def build_verifier_run(input: WorkloadInput, task_id: str) -> RunVerifier:
+def build_verifier_run(input: WorkloadInput) -> RunVerifier:
     """The child's verifier, sent as a command for no record in the context its task ran in."""
     child = input.child
     assert child.verifier is not None
@@ -135,7 +135,6 @@ def build_verifier_run(input: WorkloadInput, task_id: str) -> RunVerifier:
         context_id=context_id(input.mission_id, child.child_id, input.attempt),
         command=child.verifier,
         timeout_seconds=child.budgets.timeout_seconds,
-        checked_task_id=task_id,
         poll_interval_seconds=input.poll_interval_seconds,
     )
 
