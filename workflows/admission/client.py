@@ -229,19 +229,9 @@ class AdmissionClient:
             return
         while not self._stopped:
             due = self._renewals_due()
-            seen = self._version
-            if due is None:
-                await workflow.wait_condition(lambda: self._version != seen or self._stopped)
-                continue
-            wait = due - workflow.now()
-            if wait > timedelta(0):
-                try:
-                    await workflow.wait_condition(
-                        lambda: self._version != seen or self._stopped, timeout=wait, timeout_summary="next lease renewal",
-                    )
-                    continue  # something changed: recompute what is due
-                except asyncio.TimeoutError:
-                    pass
+            if not await self._wait_until(due):
+                continue  # something changed: recompute what is due
+            assert due is not None
             leases = [
                 LeaseRef(request_id=rid, lease_revision=self.decisions[rid].lease_revision)
                 for rid in self.held()
@@ -269,23 +259,13 @@ class AdmissionClient:
                 LeaseRef(request_id=rid, lease_revision=revision) for rid, revision in sorted(late.items())
                 if self.state_of(rid) == "admitted" and self.decisions[rid].lease_revision == revision
             ]
-            seen = self._version
             due = min((self._due(decision) for decision in held.values()), default=None)
             if named:
                 due = workflow.now()
             if due is not None and retry_at is not None:
                 due = max(due, retry_at)
-            if due is None:
-                await workflow.wait_condition(lambda: self._version != seen or self._stopped)
-                continue
-            wait = due - workflow.now()
-            if wait > timedelta(0):
-                try:
-                    await workflow.wait_condition(
-                        lambda: self._version != seen or self._stopped, timeout=wait, timeout_summary="next lease renewal",
-                    )
-                except asyncio.TimeoutError:
-                    pass
+            if due is None or due > workflow.now():
+                await self._wait_until(due)
                 continue  # recompute: something changed, or time moved (a lease may have lapsed)
             sent_at = workflow.now()
             renewal = RenewBatch(requester=me, everything=bool(held), leases=named, sent_at=sent_at, due_at=due)
@@ -322,17 +302,34 @@ class AdmissionClient:
         assert decision.lease_expires_at is not None and decision.lease_ttl_seconds is not None
         return decision.lease_expires_at - timedelta(seconds=decision.lease_ttl_seconds * 2 / 3)
 
-    def _renewals_due(self):
+    def _renewals_due(self) -> datetime | None:
         """When the earliest held lease not already being renewed reaches a third of its TTL."""
-        moments = []
-        for rid in self.held():
-            decision = self.decisions[rid]
-            if self._renew_sent.get(rid) == decision.lease_revision:
-                continue
-            if decision.lease_expires_at is None or decision.lease_ttl_seconds is None:
-                continue
-            moments.append(decision.lease_expires_at - timedelta(seconds=decision.lease_ttl_seconds * 2 / 3))
-        return min(moments) if moments else None
+        return min((
+            self._due(decision)
+            for decision in (self.decisions[rid] for rid in self.held())
+            if self._renew_sent.get(decision.request_id) != decision.lease_revision
+            and decision.lease_expires_at is not None and decision.lease_ttl_seconds is not None
+        ), default=None)
+
+    async def _wait_until(self, due: datetime | None) -> bool:
+        """Wait until `due` (forever when None) or until a decision arrives or the loop stops:
+        True once `due` has come, False when something changed first."""
+        seen = self._version
+
+        def changed() -> bool:
+            return self._version != seen or self._stopped
+
+        if due is None:
+            await workflow.wait_condition(changed)
+            return False
+        wait = due - workflow.now()
+        if wait <= timedelta(0):
+            return True
+        try:
+            await workflow.wait_condition(changed, timeout=wait, timeout_summary="next lease renewal")
+        except asyncio.TimeoutError:
+            return True
+        return False
 
     async def _signal(self, name: str, payload: object, *, expect_failure: bool = False) -> bool:
         """Signal the singleton; False (logged) when it cannot be reached."""
