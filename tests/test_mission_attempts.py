@@ -32,6 +32,16 @@ def one_shot(child_id: str, prompt: str, **fields: object) -> dict:
     return {"child_id": child_id, "kind": "one-shot-command", "prompt": prompt, **fields}
 
 
+def gated(gate, then: str) -> str:
+    """A command that ends only once the test opens `gate` (a file), whatever the machine's speed."""
+    return f"while [ ! -e {gate} ]; do sleep 0.1; done; {then}"
+
+
+async def child_has_task(h, mission_id: str, child_id: str = "job") -> bool:
+    child = (await h.control.show(mission_id)).child(child_id)
+    return child.lineage is not None and child.lineage.task_id is not None
+
+
 async def _audit(client: Client, host_group: str) -> list[AuditEvent]:
     handle = client.get_workflow_handle(admission_workflow_id(host_group))
     return await handle.query("audit", 1000, result_type=list[AuditEvent])
@@ -51,7 +61,7 @@ async def test_a_displaced_child_is_stopped_waits_queued_and_succeeds_as_attempt
     })
     async with mission_harness(dev_client, substrate, tmp_path, policy=policy) as h:
         gate = tmp_path / "gate"  # the job ends only once displaced and back: no race with a slow machine
-        low = parse_spec(h.spec("low", [one_shot("job", f"while [ ! -e {gate} ]; do sleep 0.1; done; echo low-done", lane="deploy", priority_class="P3")]))
+        low = parse_spec(h.spec("low", [one_shot("job", gated(gate, "echo low-done"), lane="deploy", priority_class="P3")]))
         await h.control.start(low)
 
         async def running() -> bool:
@@ -116,16 +126,12 @@ async def test_a_lease_that_expired_while_the_worker_was_down_is_requeued_and_th
             # It ends only once the test opens the gate: its lease expires while it runs, however
             # slow the machine, and only an attempt started after the requeue may finish.
             spec = parse_spec(h.spec("requeue", [one_shot(
-                "job", f"while [ ! -e {gate} ]; do sleep 0.1; done; echo finished",
+                "job", gated(gate, "echo finished"),
                 budgets={"max_attempts": budget, "timeout_seconds": 60},
             )]))
             await h.control.start(spec)
 
-            async def running() -> bool:
-                child = (await h.control.show(spec.mission_id)).child("job")
-                return child.lineage is not None and child.lineage.task_id is not None
-
-            await h.until(running, "the child running")
+            await h.until(lambda: child_has_task(h, spec.mission_id), "the child running")
         first_task = substrate_tasks(substrate, fleet_child_id(spec.mission_id, "job"))[0]
 
         async def requeued() -> bool:
@@ -226,7 +232,7 @@ async def test_two_orchestrators_flooding_one_host_group_share_it_by_weight_with
         # Each child ends only once the gate opens (the light orchestrator queued, however slow the
         # machine), then one second after the one before it: places free up one at a time.
         gate = tmp_path / "gate"
-        flood = [one_shot(f"c{i}", f"while [ ! -e {gate} ]; do sleep 0.1; done; sleep {i}; echo done") for i in range(6)]
+        flood = [one_shot(f"c{i}", gated(gate, f"sleep {i}; echo done")) for i in range(6)]
         heavy = parse_spec(h.spec("heavy", flood, orchestrator_id="heavy", require_distinct_targets=False))
         light = parse_spec(h.spec("light", flood, orchestrator_id="light", require_distinct_targets=False))
         await h.control.start(heavy)
@@ -267,14 +273,10 @@ async def test_a_preempted_child_is_admitted_again_under_a_new_request_without_c
     policy = POLICY.model_copy(update={"max_concurrent": 1, "runtime_quotas": {"host": 1}, "allow_preemption": True})
     async with mission_harness(dev_client, substrate, tmp_path, policy=policy) as h:
         gate = tmp_path / "gate"  # the job ends only after it was preempted: no race with a slow machine
-        victim = parse_spec(h.spec("victim", [one_shot("job", f"while [ ! -e {gate} ]; do sleep 0.1; done; echo victim-done", preemptible=True)]))
+        victim = parse_spec(h.spec("victim", [one_shot("job", gated(gate, "echo victim-done"), preemptible=True)]))
         await h.control.start(victim)
 
-        async def running() -> bool:
-            child = (await h.control.show(victim.mission_id)).child("job")
-            return child.lineage is not None and child.lineage.task_id is not None
-
-        await h.until(running, "the preemptible child running")
+        await h.until(lambda: child_has_task(h, victim.mission_id), "the preemptible child running")
         first_task = substrate_tasks(substrate, fleet_child_id(victim.mission_id, "job"))[0]
         urgent = parse_spec(h.spec("urgent", [one_shot("fix", "sleep 1; echo urgent-done", priority=9)]))
         await h.control.start(urgent)
@@ -305,15 +307,11 @@ async def test_an_executor_refusal_that_says_it_is_retryable_is_tried_again_with
         suffix = h.suffix
         gate = tmp_path / "gate"  # attempts end only once attempt 2 runs: no race with a slow machine
         spec = parse_spec(h.spec("refused", [one_shot(
-            "job", f"while [ ! -e {gate} ]; do sleep 0.1; done; echo done", budgets={"max_attempts": 2, "timeout_seconds": 60},
+            "job", gated(gate, "echo done"), budgets={"max_attempts": 2, "timeout_seconds": 60},
         )]))
         await h.control.start(spec)
 
-        async def running() -> bool:
-            child = (await h.control.show(spec.mission_id)).child("job")
-            return child.lineage is not None and child.lineage.task_id is not None
-
-        await h.until(running, "the child running")
+        await h.until(lambda: child_has_task(h, spec.mission_id), "the child running")
         async with FleetClient(substrate.base_url, FLEET_TOKEN) as fleet:
             for _ in range(10):
                 record = await fleet.get(fleet_child_id(spec.mission_id, "job"))
