@@ -1,19 +1,34 @@
-"""Signal-with-start of a host group's AdmissionWorkflow, on behalf of a requester workflow.
+"""The AdmissionWorkflow's dealings with the Temporal server itself.
 
 Workflows cannot signal-with-start, so the first submit of every requester goes
-through this activity: it creates the singleton if it is missing (with the
+through an activity: it creates the singleton if it is missing (with the
 host group's configured policy) and delivers the batch in the same call.
+
+Nor can a workflow list workflows: the requester sweep asks visibility which of the
+singleton's requesters closed without giving their leases back.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import datetime, timedelta, timezone
 
 from temporalio import activity
-from temporalio.client import Client, WithStartWorkflowOperation
+from temporalio.client import Client, WithStartWorkflowOperation, WorkflowExecutionStatus
 from temporalio.common import SearchAttributePair, TypedSearchAttributes, WorkflowIDConflictPolicy
+from temporalio.service import RPCError, RPCStatusCode
 
-from workflows.admission.messages import AdmissionWorkflowInput, PolicyChange, SubmitAdmission, admission_workflow_id
+from workflows.admission.messages import (
+    FIND_GONE_REQUESTERS,
+    REQUESTERS_QUERY,
+    DEFAULT_REQUESTER_SWEEP_SECONDS,
+    AdmissionWorkflowInput,
+    PolicyChange,
+    RequesterSweep,
+    SubmitAdmission,
+    SweepResult,
+    admission_workflow_id,
+)
 from workflows.admission.model import AdmissionPolicy
 from workflows.mission.search import MISSION_HOST_GROUP
 
@@ -33,15 +48,68 @@ class AdmissionActivities:
             "submit", submission.batch, search_attributes=submission.search_attributes,
         )
 
+    @activity.defn(name=FIND_GONE_REQUESTERS)
+    async def find_gone_requesters(self, sweep: RequesterSweep) -> SweepResult:
+        return await find_gone_requesters(self._client, sweep)
+
+
+# Visibility is eventually consistent: a run that closed just before a sweep may be listed only
+# by a later one, so each sweep reads from this long before the previous one began.
+VISIBILITY_LAG = timedelta(seconds=60)
+_CLOSED = "ExecutionStatus != 'Running' AND ExecutionStatus != 'ContinuedAsNew'"
+
+
+async def find_gone_requesters(client: Client, sweep: RequesterSweep) -> SweepResult:
+    """The singleton's requesters whose latest run has closed.
+
+    It reads runs that closed since `closed_since` (the cost follows how many workflows close,
+    not how many leases are held), keeps those that are the singleton's requesters (asked by a
+    query, so the list never enters its history), and confirms each by describing its latest run:
+    a workflow continued as new or reset has a running run and keeps its leases."""
+    began = datetime.now(timezone.utc)
+    next_since = max(sweep.closed_since, began - VISIBILITY_LAG)
+    requesters = set(await client.get_workflow_handle(admission_workflow_id(sweep.host_group)).query(
+        REQUESTERS_QUERY, result_type=list[str],
+    ))
+    if not requesters:
+        return SweepResult(gone=[], next_closed_since=next_since)
+    query = f"{_CLOSED} AND CloseTime >= '{sweep.closed_since.astimezone(timezone.utc).isoformat()}'"
+    candidates: set[str] = set()
+    try:
+        async for execution in client.list_workflows(query, page_size=1000):
+            if execution.id in requesters:
+                candidates.add(execution.id)
+    except RPCError as error:
+        if error.status == RPCStatusCode.UNIMPLEMENTED:
+            return SweepResult(gone=[], next_closed_since=sweep.closed_since, supported=False)
+        raise
+    gone = []
+    for workflow_id in sorted(candidates):
+        if activity.in_activity():  # also called directly (tests, scripts)
+            activity.heartbeat(workflow_id)
+        try:
+            description = await client.get_workflow_handle(workflow_id).describe()
+        except RPCError as error:
+            if error.status != RPCStatusCode.NOT_FOUND:
+                raise
+        else:
+            if description.status == WorkflowExecutionStatus.RUNNING:
+                continue
+        gone.append(workflow_id)
+    return SweepResult(gone=gone, next_closed_since=next_since)
+
 
 async def signal_with_start_admission(
     client: Client, task_queue: str, host_group: str, policy: AdmissionPolicy, signal: str, payload: object,
     *, max_history_events: int | None = None, search_attributes: bool = False, max_requests_per_pass: int | None = None,
+    requester_sweep_seconds: float | None = DEFAULT_REQUESTER_SWEEP_SECONDS,
 ) -> None:
     """Deliver `signal` to `admission:<host_group>`, starting it first if it is not running."""
+    workflow_input = _input(host_group, policy, max_history_events, max_requests_per_pass)
+    workflow_input.requester_sweep_seconds = requester_sweep_seconds
     await client.start_workflow(
         ADMISSION_WORKFLOW,
-        _input(host_group, policy, max_history_events, max_requests_per_pass),
+        workflow_input,
         id=admission_workflow_id(host_group),
         task_queue=task_queue,
         start_signal=signal,

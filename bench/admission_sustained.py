@@ -57,6 +57,8 @@ ENVIRONMENT = "bench"
 DESIGNS: dict[str, str] = {
     "per-lease": "renewal names each lease; a new lease revision, an audit event and a decision back per lease",
     "requester": "renewal names no lease (everything the requester holds, as of when it was sent); no answer",
+    "swept": "requester renewals at a TTL --ttl-factor times longer; a requester sweep every --ttl seconds "
+             "gives back what closed holders held",
 }
 
 
@@ -169,6 +171,7 @@ BENCH_WORKFLOWS = [LeaseHolderWorkflow, ProbeWorkflow]
 
 class Step(_Message):
     design: str
+    ttl: float  # the design's lease TTL
     held: int  # leases the step holds
     holders: int
     start: float = 0.0  # epoch seconds: the measurement window
@@ -191,6 +194,8 @@ class Step(_Message):
     lags: list[float] = []  # renewal due -> decided
     singleton_lags: list[float] = []  # renewal arrived -> decided
     lost: int = 0
+    killed: list[tuple[str, float]] = []  # holders terminated at the window's start: (workflow id, when)
+    recoveries: list[float] = []  # seconds from a kill until every lease that holder held had ended
 
 
 def main() -> int:
@@ -201,9 +206,14 @@ def main() -> int:
     parser.add_argument("--steps", help="held leases per step, comma-separated (default 500,1000,2000,5000)")
     parser.add_argument("--batch", type=int, default=10, help="leases per holder workflow (default 10)")
     parser.add_argument("--ttl", type=float, help="lease TTL in seconds (default 15; --quick 3)")
-    parser.add_argument("--window", type=float, help="measured seconds per step (default two TTLs)")
+    parser.add_argument("--ttl-factor", type=float,
+                        help="the swept design's TTL is this many times --ttl (default 10; --quick 3)")
+    parser.add_argument("--kill", type=int, default=2,
+                        help="holders terminated at each step's start, to time how soon their capacity returns")
+    parser.add_argument("--window", type=float,
+                        help="measured seconds per step (default two --ttl, and at least two of a design's renewal rounds)")
     parser.add_argument("--rate", type=float, default=2.0, help="new requests (probes) per second (default 2)")
-    parser.add_argument("--designs", default="per-lease,requester", help=f"comma-separated, of: {', '.join(DESIGNS)}")
+    parser.add_argument("--designs", default=",".join(DESIGNS), help=f"comma-separated, of: {', '.join(DESIGNS)}")
     parser.add_argument("--ramp-timeout", type=float, default=120, help="seconds to get a step's leases held")
     parser.add_argument("--start-rate", type=float, default=100, help="holder workflows started per second")
     parser.add_argument("--worker-process", nargs=5, help=argparse.SUPPRESS,
@@ -222,13 +232,13 @@ def main() -> int:
             raise ValueError(f"unknown design {', '.join(unknown) or '(none)'}; choose from {', '.join(DESIGNS)}")
         if steps != sorted(steps) or any(step <= 0 for step in steps):
             raise ValueError("--steps must be increasing positive lease counts, e.g. 500,1000,2000")
-        if args.batch <= 0 or args.rate <= 0:
-            raise ValueError("--batch and --rate must be positive")
+        args.ttl_factor = args.ttl_factor or (3.0 if args.quick else 10.0)
+        if args.batch <= 0 or args.rate <= 0 or args.ttl_factor < 1 or args.kill < 0:
+            raise ValueError("--batch and --rate must be positive, --ttl-factor at least 1, --kill at least 0")
     except ValueError as error:
         print(f"admission_sustained: {error}", file=sys.stderr)
         return 2
     args.ttl = args.ttl or (3.0 if args.quick else 15.0)
-    args.window = args.window or (4.0 if args.quick else 2 * args.ttl)
     from worker.process import exit_now
 
     code = asyncio.run(_run(args, steps, designs))
@@ -276,7 +286,8 @@ async def _run(args, steps: list[int], designs: list[str]) -> int:
             try:
                 for design in designs:
                     bench = _Design(env.client, holder_queue, admission_queue, policy, args, design,
-                                    {"server": _dev_server_pid(), **{role: proc.pid for role, proc in workers.items()}})
+                                    {"server": _dev_server_pid(), **{role: proc.pid for role, proc in workers.items()}},
+                                    data_dir)
                     results[design] = await bench.run(steps)
                     print(_report({design: results[design]}, args, summary=False), flush=True)  # as soon as it is done
             finally:  # before the data directory goes: the singleton's worker writes its audit store there
@@ -338,7 +349,7 @@ async def _worker_process(role: str, address: str, holder_queue: str, admission_
         client, task_queue=holder_queue, workflows=BENCH_WORKFLOWS,
         activities=[AdmissionActivities(client, admission_queue, lambda host_group: policy).submit_admission_batch],
         workflow_runner=SandboxedWorkflowRunner(
-            restrictions=SandboxRestrictions.default.with_passthrough_modules(__name__),
+            restrictions=SandboxRestrictions.default.with_passthrough_modules(__name__, "workflows"),
         ),
         # Every holder stays cached: an evicted one would replay its whole history per renewal.
         max_cached_workflows=50_000,
@@ -348,17 +359,25 @@ async def _worker_process(role: str, address: str, holder_queue: str, admission_
 
 class _Design:
     def __init__(self, client, task_queue: str, admission_queue: str, policy, args, design: str,
-                 pids: dict[str, int | None]) -> None:
+                 pids: dict[str, int | None], data_dir: str) -> None:
         import uuid
 
         self.client = client
+        self.data_dir = data_dir  # the singleton's worker writes its audit store there
         self.task_queue = task_queue  # the holders'
         self.admission_queue = admission_queue
         self.pids = pids
-        self.policy = policy
         self.args = args
         self.design = design
         self.host_group = f"sustained-{design}-{uuid.uuid4().hex[:6]}"
+        # The swept design: what the short TTL bought (a closed holder's capacity back within about
+        # --ttl) the sweep gives instead, so the TTL, and with it the renewal rate, can be longer.
+        self.ttl = args.ttl * (args.ttl_factor if design == "swept" else 1)
+        self.sweep = args.ttl if design == "swept" else None
+        self.renewal = "per-lease" if design == "per-lease" else "requester"
+        self.policy = policy.model_copy(update={"lease_ttl_seconds": self.ttl})
+        self.window = args.window or max(4.0 if args.quick else 2 * args.ttl, 2 * self.ttl / 3)
+        self.killed: set[str] = set()
         self.holders: list = []
         self.cache: dict[str, list] = {}  # run id -> events of the singleton's closed runs
         self.probes: list[tuple[int, object]] = []  # (step index, handle)
@@ -371,14 +390,14 @@ class _Design:
         singleton_id = admission_workflow_id(self.host_group)
         await signal_with_start_admission(
             self.client, self.admission_queue, self.host_group, self.policy, "set_policy",
-            PolicyChange(operator="bench", policy=self.policy),
+            PolicyChange(operator="bench", policy=self.policy), requester_sweep_seconds=self.sweep,
         )
         await _until_answering(self.client.get_workflow_handle(singleton_id), "usage")
-        steps = [Step(design=self.design, held=0, holders=0)]
+        steps = [Step(design=self.design, ttl=self.ttl, held=0, holders=0)]
         broken = False
         for index, target in enumerate([0, *held_steps]):
             if index:
-                steps.append(Step(design=self.design, held=target, holders=-(-target // self.args.batch)))
+                steps.append(Step(design=self.design, ttl=self.ttl, held=target, holders=-(-target // self.args.batch)))
             step = steps[-1]
             step.ramp_from = time.time()
             if index:
@@ -390,7 +409,7 @@ class _Design:
                 # Look before going on: a step whose renewals fell behind makes the next one pointless.
                 probe = step.model_copy(update={"lags": [], "singleton_lags": [], "renew_signals": 0, "task_failures": 0})
                 await _read_histories(self.client, singleton_id, [probe], self.cache)
-                if index and _verdict(probe, self.args.ttl) != "ok":
+                if index and _verdict(probe) != "ok":
                     broken = True
             if step.end > step.start:
                 print(f"bench: provisional (no losses or probes yet): {probe.held} leases, lag p50/p99 "
@@ -417,7 +436,7 @@ class _Design:
             handles = await asyncio.gather(*(
                 self.client.start_workflow(
                     "BenchLeaseHolderWorkflow",
-                    HolderInput(host_group=self.host_group, requests=self.args.batch, renewal=self.design,
+                    HolderInput(host_group=self.host_group, requests=self.args.batch, renewal=self.renewal,
                                 decision_timeout_seconds=self.args.ramp_timeout + 60),
                     id=f"{self.host_group}-holder-{base + i:05d}", task_queue=self.task_queue, result_type=HolderResult,
                 )
@@ -448,11 +467,13 @@ class _Design:
     async def _measure(self, index: int, step: Step) -> None:
         from bench.admission_throughput import _cpu_of
 
+        if index:
+            await self._kill(step)
         before = {role: _cpu_of(pid) for role, pid in self.pids.items()}
         step.start = time.time()
         interval = 1 / self.args.rate
         count = 0
-        while time.time() < step.start + self.args.window:
+        while time.time() < step.start + self.window:
             handle = await self.client.start_workflow(
                 "BenchAdmissionProbeWorkflow", ProbeInput(host_group=self.host_group),
                 id=f"{self.host_group}-probe-{index}-{count:04d}", task_queue=self.task_queue, result_type=ProbeResult,
@@ -465,20 +486,49 @@ class _Design:
         used = {role: None if before[role] is None or after[role] is None else after[role] - before[role] for role in after}
         step.worker_cpu, step.server_cpu, step.holders_cpu = used["singleton"], used["server"], used["holders"]
 
+    async def _kill(self, step: Step) -> None:
+        """Terminate a few of the newest holders, as an operator would: they never give back their
+        leases. How soon those leases end is the capacity a dead holder keeps from others."""
+        victims = [holder for holder in reversed(self.holders) if holder.id not in self.killed][:self.args.kill]
+        for holder in victims:
+            await holder.terminate(reason="bench: a holder that dies without giving its leases back")
+            self.killed.add(holder.id)
+            step.killed.append((holder.id, time.time()))
+
+    def _recoveries(self, steps: list[Step], data_dir: str) -> None:
+        """From the audit store: when every lease of each killed holder had ended for good."""
+        from activities.audit_store import AuditStore
+
+        ended: dict[str, float] = {}
+        ending = {"released", "cancelled", "timed-out"}
+        for event in AuditStore(os.path.join(data_dir, "audit.sqlite")).events(self.host_group):
+            if event.request_id and event.type in ending:
+                ended[event.request_id] = event.at.timestamp()
+        for step in steps:
+            for holder_id, when in step.killed:
+                finished = [ended.get(f"{holder_id}/w{i}") for i in range(self.args.batch)]
+                if all(moment is not None for moment in finished):
+                    step.recoveries.append(max(finished) - when)
+                else:  # still held at the end of the run: as long as we know of
+                    step.recoveries.append(float("inf"))
+
     async def _finish(self, steps: list[Step], singleton_id: str) -> None:
         """Collect the probes, stop the holders (each reports its losses), read the singleton's histories."""
         from temporalio.service import RPCError
 
         for index, handle in self.probes:
             steps[index].probes.append(await handle.result())
-        await asyncio.gather(*(holder.signal("stop") for holder in self.holders))
-        outcomes = await asyncio.gather(*(holder.result() for holder in self.holders))
+        living = [holder for holder in self.holders if holder.id not in self.killed]
+        await asyncio.gather(*(holder.signal("stop") for holder in living))
+        outcomes = await asyncio.gather(*(holder.result() for holder in living))
         for outcome in outcomes:
             for moment in outcome.lost:
                 # charged to the step during which it happened (ramp included), or the last one
                 owner = next((s for s in reversed(steps) if s.ramp_from <= moment), steps[-1])
                 owner.lost += 1
         await _read_histories(self.client, singleton_id, steps, self.cache)
+        await asyncio.sleep(2)  # the last audit export
+        self._recoveries(steps, self.data_dir)
         try:
             await self.client.get_workflow_handle(singleton_id).terminate(reason="bench finished")
         except RPCError as error:  # it may have ended on its own (the server fails a run it cannot persist)
@@ -551,7 +601,8 @@ def _quantile(values: list[float], q: float) -> float | None:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-def _verdict(step: Step, ttl: float) -> str:
+def _verdict(step: Step) -> str:
+    ttl = step.ttl
     if step.ramp_failed:
         return f"BREAKS: {step.ramp_failed}"
     reasons = []
@@ -566,16 +617,19 @@ def _verdict(step: Step, ttl: float) -> str:
 def _report(results: dict[str, list[Step]], args, *, summary: bool = True) -> str:
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     lines = [
-        f"\nsustained admission: TTL {args.ttl:g} s (renewal due every {args.ttl / 3:g} s), {args.batch} leases per holder, "
-        f"{args.rate:g} new requests/s, {args.window:g} s measured per step; dev server, the singleton's worker and the "
-        f"holders' worker on {cpus} CPUs (shared with other work: noisy)",
+        f"\nsustained admission: {args.batch} leases per holder, {args.rate:g} new requests/s, {args.kill} holders "
+        f"killed per step; dev server, the singleton's worker and the holders' worker on {cpus} CPUs (shared with "
+        f"other work: noisy)",
     ]
     header = (f"{'held':>7} {'holders':>7} {'wft/s':>6} {'sig in/s':>8} {'sig out/s':>9} {'events/s':>8} "
               f"{'CAN/min':>7} {'lag p50':>7} {'lag p99':>7} {'sgl p99':>7} {'new p99':>7} {'x base':>6} {'lost':>5} "
-              f"{'wft err':>7} {'cpu sgl':>7} {'req':>5} {'srv':>5}  verdict")
+              f"{'dead max':>8} {'wft err':>7} {'cpu sgl':>7} {'req':>5} {'srv':>5}  verdict")
     lines_out: list[str] = []
     for design, steps in results.items():
-        lines += ["", f"design {design}: {DESIGNS[design]}", header, "-" * len(header)]
+        ttl = steps[0].ttl
+        window = max((step.end - step.start for step in steps), default=0)
+        lines += ["", f"design {design}: {DESIGNS[design]}",
+                  f"TTL {ttl:g} s (renewal due every {ttl / 3:g} s), {window:.0f} s measured per step", header, "-" * len(header)]
         base = _quantile([probe.latency for probe in steps[0].probes], 0.99)
         last_ok = None
         breaks = None
@@ -585,7 +639,8 @@ def _report(results: dict[str, list[Step]], args, *, summary: bool = True) -> st
             p50, p99 = _quantile(step.lags, 0.5), _quantile(step.lags, 0.99)
             singleton_p99 = _quantile(step.singleton_lags, 0.99)
             probe = _quantile([p.latency for p in step.probes], 0.99)
-            verdict = _verdict(step, args.ttl)
+            verdict = _verdict(step)
+            dead = max(step.recoveries) if step.recoveries else None
 
             def rate(count: int) -> str:
                 return f"{count / span:.1f}" if measured else "-"
@@ -600,7 +655,7 @@ def _report(results: dict[str, list[Step]], args, *, summary: bool = True) -> st
                 f"{step.held:>7} {step.holders:>7} {rate(step.tasks):>6} {rate(step.signals_in):>8} "
                 f"{rate(step.signals_out):>9} {rate(step.events):>8} {rate(step.runs_started * 60):>7} "
                 f"{figure(p50):>7} {figure(p99):>7} {figure(singleton_p99):>7} {figure(probe):>7} "
-                f"{figure(probe / base) if probe is not None and base else '-':>6} {step.lost:>5} "
+                f"{figure(probe / base) if probe is not None and base else '-':>6} {step.lost:>5} {figure(dead):>8} "
                 f"{step.task_failures:>7} {share(step.worker_cpu):>7} {share(step.holders_cpu):>5} {share(step.server_cpu):>5}  {verdict}"
             )
             if step.held and verdict == "ok" and breaks is None:
@@ -612,6 +667,7 @@ def _report(results: dict[str, list[Step]], args, *, summary: bool = True) -> st
                 f"renewals={len(step.lags)} lag_p50={p50 if p50 is not None else 'none'} "
                 f"lag_p99={p99 if p99 is not None else 'none'} new_p99={probe if probe is not None else 'none'} "
                 f"probes={len(step.probes)} renew_signals={step.renew_signals} signals_out={step.signals_out} "
+                f"dead_max={dead if dead is not None else 'none'} "
                 f"verdict={verdict.split(':')[0]}"
             )
         lines.append(f"{design}: held {last_ok or 0} leases without breaking"
@@ -621,7 +677,9 @@ def _report(results: dict[str, list[Step]], args, *, summary: bool = True) -> st
         "signals in and out, history events; CAN/min = runs of its continue-as-new chain begun; lag = a renewal's "
         "due time -> the start of the singleton's workflow task that decided it (s), sgl = its arrival -> that task "
         "(the singleton's own share); new p99 = a new request's submit -> its decision in hand (s), 'x base' against "
-        "the step at 0 leases; lost = leases that stopped being held while their holder lived; wft err = the singleton's workflow tasks that failed or timed out (each costs a replay of its run); cpu = of one core: "
+        "the step at 0 leases; lost = leases that stopped being held while their holder lived; dead max = seconds "
+        "from terminating a holder (it never gives its leases back) until every lease it held had ended, the "
+        "slowest of the step's (inf: still held when the run ended); wft err = the singleton's workflow tasks that failed or timed out (each costs a replay of its run); cpu = of one core: "
         "the singleton's worker process (sgl), the holders' worker process (req), the dev server (srv)"
     )
     return "\n".join(lines + ([""] + lines_out if summary else []))

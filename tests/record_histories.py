@@ -129,6 +129,7 @@ async def record(client: Client, substrate: RunningSubstrate, scratch: Path) -> 
                 admission_probes(client),
                 admission_requester_renewal(client),
                 admission_burst(client),
+                admission_requester_sweep(client),
                 mixed_mission(client, control),
                 cancelled_mission(client, control),
                 contended_missions(client, control),
@@ -182,6 +183,32 @@ async def admission_requester_renewal(client: Client) -> None:
         await probe.result()
     await save_chain(client, "probe-renewing-a", "admission-probe-requester-renewal")
     await save_chain(client, admission_workflow_id("requester-renewal"), "admission-requester-renewal")
+
+
+async def admission_requester_sweep(client: Client) -> None:
+    """A probe terminated while it holds the only lease, under a ten-minute TTL: the singleton's
+    sweep (every second here) finds it closed and gives its lease to the probe waiting for it."""
+    policy = AdmissionPolicy(max_concurrent=1, lease_ttl_seconds=600)
+    await signal_with_start_admission(
+        client, TASK_QUEUE, "swept", policy, "set_policy", PolicyChange(operator="recorder", policy=policy),
+        requester_sweep_seconds=1,
+    )
+    singleton = client.get_workflow_handle(admission_workflow_id("swept"))
+
+    def probe(name: str, hold: float):
+        return client.start_workflow(
+            "AdmissionProbeWorkflow",
+            ProbeInput(host_group="swept", requests=[ProbeRequest(request_id=name)], hold_seconds=hold),
+            id=f"probe-{name}", task_queue=TASK_QUEUE,
+        )
+
+    gone = await probe("swept-gone", 600)
+    while not await singleton.query("leases"):
+        await asyncio.sleep(0.2)
+    waiting = await probe("swept-waiting", 1)
+    await gone.terminate(reason="recorder: ended without giving its lease back")
+    await waiting.result()
+    await save_chain(client, admission_workflow_id("swept"), "admission-requester-sweep")
 
 
 async def admission_burst(client: Client) -> None:

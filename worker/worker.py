@@ -111,6 +111,7 @@ def build_worker(
         workflows=[*WORKFLOWS, *extra_workflows],
         activities=[
             admission.submit_admission_batch,
+            admission.find_gone_requesters,
             audit.export_audit_events,
             ledger.write_ledger_snapshot,
             WorkflowStatusActivities(client).running_workflows,

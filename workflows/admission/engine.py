@@ -1254,7 +1254,7 @@ def _release(state: EngineState, changes: _Changes, op: Release) -> Rec | OpResu
             f"request {op.request_id} is still queued; cancel it instead of releasing it",
         )
     if rec.state == "admitted":
-        _finish(state, changes, rec, "released", "released", "released by holder")
+        _finish(state, changes, rec, "released", "released", op.reason or "released by holder")
     return rec
 
 
@@ -1263,7 +1263,7 @@ def _cancel(state: EngineState, changes: _Changes, op: Cancel) -> Rec | OpResult
     if rec is None:
         return _not_found("cancel", op.request_id)
     if rec.state in ("queued", "admitted"):
-        _finish(state, changes, rec, "cancelled", "cancelled", "cancelled by requester")
+        _finish(state, changes, rec, "cancelled", "cancelled", op.reason or "cancelled by requester")
     return rec
 
 

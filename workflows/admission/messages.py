@@ -19,6 +19,9 @@ from workflows.ids import admission_workflow_id  # noqa: F401 (defined once ther
 
 ADMISSION_TASK_QUEUE = "mission-conductor"
 DECISION_SIGNAL = "admission_decided"
+REQUESTERS_QUERY = "requesters"
+FIND_GONE_REQUESTERS = "find_gone_requesters"
+DEFAULT_REQUESTER_SWEEP_SECONDS = 30.0
 
 
 class _Message(BaseModel):
@@ -123,6 +126,10 @@ class AdmissionWorkflowInput(_Message):
     # pass well under the SDK's 2 s deadlock detector and its commands under the 4 MB gRPC limit:
     # a burst of 30,000 submitted requests in one pass broke both, and 2,000 renewals by name the first.
     max_requests_per_pass: int = Field(default=1000, ge=1)
+    # How often the singleton asks Temporal's visibility which requesters closed without giving
+    # their leases back (terminated, timed out): their capacity returns within about this long,
+    # however long the lease TTL. None: only an expired lease or a failed decision signal frees it.
+    requester_sweep_seconds: float | None = Field(default=DEFAULT_REQUESTER_SWEEP_SECONDS, ge=1, le=86_400)
     carried: "CarriedState | None" = None
 
 
@@ -140,6 +147,8 @@ class CarriedState(_Message):
     inbox: list["InboxItem"] = Field(default_factory=list)
     inbox_packed: str | None = None
     gone_requesters: list[str] = Field(default_factory=list)
+    # Where the next requester sweep reads visibility from (RequesterSweep.closed_since).
+    swept_from: datetime | None = None
     recent_audit: list[AuditEvent]
     audit_chain: str  # first run id of the chain: keys the audit store across continue-as-new
 
@@ -201,6 +210,20 @@ class RequesterCarry(_Message):
     # Leases the engine took away without being asked (workflows.admission.client.INTERRUPTIONS).
     interruptions: dict[str, int] = Field(default_factory=dict)
     interrupted: dict[str, AdmissionDecision] = Field(default_factory=dict)
+
+
+class RequesterSweep(_Message):
+    """Activity input: which of this host group's requesters closed since `closed_since`?"""
+
+    host_group: str
+    closed_since: datetime
+
+
+class SweepResult(_Message):
+    gone: list[str]  # requester workflow ids whose latest run closed and that still hold or wait
+    # Where the next sweep starts: this sweep's start, less the visibility lag it allows for.
+    next_closed_since: datetime
+    supported: bool = True  # False: the server has no visibility listing (the time-skipping test server)
 
 
 class SubmitAdmission(_Message):

@@ -227,11 +227,13 @@ class Extend(_Strict):
 class Release(_Strict):
     op: Literal["release"] = "release"
     request_id: str
+    reason: str | None = None  # for the audit trail when it is not the holder's own release
 
 
 class Cancel(_Strict):
     op: Literal["cancel"] = "cancel"
     request_id: str
+    reason: str | None = None
 
 
 class Reconcile(_Strict):

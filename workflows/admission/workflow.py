@@ -29,11 +29,14 @@ from datetime import datetime, timedelta
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
+from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
     from workflows.admission import codec, engine
     from workflows.admission.messages import (
         DECISION_SIGNAL,
+        FIND_GONE_REQUESTERS,
+        REQUESTERS_QUERY,
         AdmissionDecision,
         AdmissionWorkflowInput,
         CancelBatch,
@@ -45,7 +48,9 @@ with workflow.unsafe.imports_passed_through():
         QueueRow,
         ReleaseBatch,
         RenewBatch,
+        RequesterSweep,
         SubmitBatch,
+        SweepResult,
         UsageRow,
         WhatIf,
     )
@@ -104,6 +109,11 @@ class AdmissionWorkflow:
         self._exporting = False
         self._handing_over = False  # continue-as-new is due and its one extra pass has begun
         self._gone_requesters: set[str] = set(carried.gone_requesters) if carried else set()
+        # The requester sweep: when the next one is due and where it reads visibility from.
+        self._sweep_every = None if input.requester_sweep_seconds is None else timedelta(seconds=input.requester_sweep_seconds)
+        self._swept_from = (carried.swept_from if carried is not None else None) or workflow.info().start_time
+        self._next_sweep_at = workflow.now() + self._sweep_every if self._sweep_every is not None else None
+        self._sweeping = False
         self._metrics = AdmissionMetrics(workflow.metric_meter(), input.host_group)
 
     # --- signals: append only; the main loop decides ---------------------------------------
@@ -186,6 +196,16 @@ class AdmissionWorkflow:
             ))
         return rows
 
+    @workflow.query(name=REQUESTERS_QUERY, description=(
+        "The requester workflows that hold or wait for a lease here: what the requester sweep checks against visibility."
+    ))
+    def requesters(self) -> list[str]:
+        records = self._state.records
+        return sorted({
+            who for request_id, who in self._requesters.items()
+            if (rec := records.get(request_id)) is not None and rec.state in ("queued", "admitted")
+        })
+
     @workflow.query(description="Leases held against each limit of the policy (global, environment, provider, lane, runtime).")
     def usage(self) -> list[UsageRow]:
         return [UsageRow(limit=label, used=used, maximum=maximum) for label, used, maximum in engine.usage_view(self._state)]
@@ -229,11 +249,14 @@ class AdmissionWorkflow:
                 workflow.continue_as_new(self._carry())
 
     async def _wait_for_work(self) -> None:
+        self._sweep_if_due()
         if self._inbox or self._gone_requesters:
             return
         wake = engine.next_wakeup(self._state)
         if wake is not None and wake <= workflow.now():
             return
+        if self._next_sweep_at is not None and self._holds_anything() and (wake is None or self._next_sweep_at < wake):
+            wake = self._next_sweep_at
         self._timer_fired = False
         self._arm_timer(wake)
         await workflow.wait_condition(lambda: bool(self._inbox) or bool(self._gone_requesters) or self._timer_fired)
@@ -253,6 +276,46 @@ class AdmissionWorkflow:
         except asyncio.CancelledError:
             return  # replaced by an earlier timer, which now owns _timer/_timer_at
         self._timer, self._timer_at, self._timer_fired = None, None, True
+
+    def _holds_anything(self) -> bool:
+        return bool(self._state.admitted) or self._state.queued_count > 0
+
+    def _sweep_if_due(self) -> None:
+        """Start a requester sweep if one is due and there is anything a gone requester could hold.
+
+        A requester that closes without giving its leases back (terminated by an operator, timed
+        out) would otherwise keep its capacity until the lease TTL runs out, or until a decision to
+        it fails. The sweep bounds that by its interval instead, so the TTL can be long and
+        renewals rare (docs/scaling.md)."""
+        if self._next_sweep_at is None or self._sweeping or workflow.now() < self._next_sweep_at:
+            return
+        if not self._holds_anything():
+            return
+        self._next_sweep_at = workflow.now() + self._sweep_every
+        self._sweeping = True
+        self._spawn(self._sweep())
+
+    async def _sweep(self) -> None:
+        try:
+            result: SweepResult = await workflow.execute_activity(
+                FIND_GONE_REQUESTERS,
+                RequesterSweep(host_group=self._input.host_group, closed_since=self._swept_from),
+                result_type=SweepResult,
+                start_to_close_timeout=max(timedelta(seconds=30), self._sweep_every),
+                retry_policy=RetryPolicy(maximum_attempts=2),
+                summary="which requesters closed without giving their leases back",
+            )
+        except ActivityError as error:  # the next sweep tries again; leases still expire meanwhile
+            workflow.logger.warning("requester sweep failed (%s); the next one retries", error.cause or error)
+            return
+        finally:
+            self._sweeping = False
+        if not result.supported:
+            workflow.logger.warning("this server cannot list workflows; requester sweeps are off for this run")
+            self._next_sweep_at = None
+            return
+        self._swept_from = result.next_closed_since
+        self._gone_requesters.update(result.gone)
 
     def _decide(self) -> None:
         """One pass: every inbox item through the engine, then one signal per requester."""
@@ -276,7 +339,7 @@ class AdmissionWorkflow:
         # could expire what it renews. They touch no one (no event, no decision back).
         self._extend([item.renew for item in items if item.renew is not None and item.renew.everything], now, apply)
         for requester in sorted(self._gone_requesters):
-            self._abandon(requester, apply)
+            self._abandon(requester, apply, "requester closed without giving it back")
         self._gone_requesters.clear()
         for item in items:
             self._apply_item(item, apply, unconfirmed)
@@ -387,7 +450,7 @@ class AdmissionWorkflow:
         if renewals:
             apply(Extend.model_construct(renewals=renewals), None, None)
 
-    def _abandon(self, requester: str, apply) -> None:
+    def _abandon(self, requester: str, apply, why: str) -> None:
         """A requester that no longer exists gives back everything it holds or waits for."""
         live = [
             request_id for request_id, holder in self._requesters.items()
@@ -399,7 +462,7 @@ class AdmissionWorkflow:
             workflow.logger.warning("requester %s is gone; releasing %s", requester, ", ".join(sorted(live)))
         for request_id in sorted(live):
             rec = self._state.records[request_id]
-            apply(Release(request_id=request_id) if rec.state == "admitted" else Cancel(request_id=request_id), None, None)
+            apply(Release(request_id=request_id, reason=why) if rec.state == "admitted" else Cancel(request_id=request_id, reason=why), None, None)
 
     def _forget_dropped(self) -> None:
         """Requester addresses live exactly as long as their records (terminal retention)."""
@@ -497,12 +560,11 @@ class AdmissionWorkflow:
         return info.is_continue_as_new_suggested() or info.get_current_history_length() >= self._input.max_history_events
 
     def _carry(self) -> AdmissionWorkflowInput:
-        return self._input.model_copy(update={
-            "policy": self._state.policy,
-            "carried": carried_state(
-                self._state, self._requesters, self._inbox, self._gone_requesters, list(self._recent), self._audit_chain,
-            ),
-        })
+        carried = carried_state(
+            self._state, self._requesters, self._inbox, self._gone_requesters, list(self._recent), self._audit_chain,
+        )
+        carried.swept_from = self._swept_from
+        return self._input.model_copy(update={"policy": self._state.policy, "carried": carried})
 
 
 def _weight(item: InboxItem) -> int:
