@@ -21,7 +21,6 @@ from temporalio.service import RPCError, RPCStatusCode
 from workflows.admission.messages import (
     FIND_GONE_REQUESTERS,
     REQUESTERS_QUERY,
-    DEFAULT_REQUESTER_SWEEP_SECONDS,
     AdmissionWorkflowInput,
     PolicyChange,
     RequesterSweep,
@@ -102,14 +101,11 @@ async def find_gone_requesters(client: Client, sweep: RequesterSweep) -> SweepRe
 async def signal_with_start_admission(
     client: Client, task_queue: str, host_group: str, policy: AdmissionPolicy, signal: str, payload: object,
     *, max_history_events: int | None = None, search_attributes: bool = False, max_requests_per_pass: int | None = None,
-    requester_sweep_seconds: float | None = DEFAULT_REQUESTER_SWEEP_SECONDS,
 ) -> None:
     """Deliver `signal` to `admission:<host_group>`, starting it first if it is not running."""
-    workflow_input = _input(host_group, policy, max_history_events, max_requests_per_pass)
-    workflow_input.requester_sweep_seconds = requester_sweep_seconds
     await client.start_workflow(
         ADMISSION_WORKFLOW,
-        workflow_input,
+        _input(host_group, policy, max_history_events, max_requests_per_pass),
         id=admission_workflow_id(host_group),
         task_queue=task_queue,
         start_signal=signal,

@@ -375,7 +375,7 @@ class _Design:
         self.ttl = args.ttl * (args.ttl_factor if design == "swept" else 1)
         self.sweep = args.ttl if design == "swept" else None
         self.renewal = "per-lease" if design == "per-lease" else "requester"
-        self.policy = policy.model_copy(update={"lease_ttl_seconds": self.ttl})
+        self.policy = policy.model_copy(update={"lease_ttl_seconds": self.ttl, "requester_sweep_seconds": self.sweep})
         self.window = args.window or max(4.0 if args.quick else 2 * args.ttl, 2 * self.ttl / 3)
         self.killed: set[str] = set()
         self.holders: list = []
@@ -390,7 +390,7 @@ class _Design:
         singleton_id = admission_workflow_id(self.host_group)
         await signal_with_start_admission(
             self.client, self.admission_queue, self.host_group, self.policy, "set_policy",
-            PolicyChange(operator="bench", policy=self.policy), requester_sweep_seconds=self.sweep,
+            PolicyChange(operator="bench", policy=self.policy),
         )
         await _until_answering(self.client.get_workflow_handle(singleton_id), "usage")
         steps = [Step(design=self.design, ttl=self.ttl, held=0, holders=0)]

@@ -188,10 +188,9 @@ async def admission_requester_renewal(client: Client) -> None:
 async def admission_requester_sweep(client: Client) -> None:
     """A probe terminated while it holds the only lease, under a ten-minute TTL: the singleton's
     sweep (every second here) finds it closed and gives its lease to the probe waiting for it."""
-    policy = AdmissionPolicy(max_concurrent=1, lease_ttl_seconds=600)
+    policy = AdmissionPolicy(max_concurrent=1, lease_ttl_seconds=600, requester_sweep_seconds=1)
     await signal_with_start_admission(
         client, TASK_QUEUE, "swept", policy, "set_policy", PolicyChange(operator="recorder", policy=policy),
-        requester_sweep_seconds=1,
     )
     singleton = client.get_workflow_handle(admission_workflow_id("swept"))
 

@@ -50,11 +50,11 @@ async def test_a_terminated_requesters_leases_go_to_the_queue_at_the_next_sweep_
     dev_client: Client, tmp_path,
 ):
     # An hour's TTL: only the sweep (every 2 s here) can give the capacity back within the test.
-    policy = AdmissionPolicy(max_concurrent=2, lease_ttl_seconds=3600)
+    policy = AdmissionPolicy(max_concurrent=2, lease_ttl_seconds=3600, requester_sweep_seconds=2)
     async with admission_harness(dev_client, tmp_path, policy) as h:
         await signal_with_start_admission(
             dev_client, h.config.task_queue, h.host_group, policy, "set_policy",
-            PolicyChange(operator="test", policy=policy), requester_sweep_seconds=2,
+            PolicyChange(operator="test", policy=policy),
         )
         gone = await h.start_probe("gone", ProbeRequest(request_id="gone-1"), hold_seconds=3600)
         alive = await h.start_probe("alive", ProbeRequest(request_id="alive-1"), hold_seconds=3600)

@@ -21,7 +21,6 @@ ADMISSION_TASK_QUEUE = "mission-conductor"
 DECISION_SIGNAL = "admission_decided"
 REQUESTERS_QUERY = "requesters"
 FIND_GONE_REQUESTERS = "find_gone_requesters"
-DEFAULT_REQUESTER_SWEEP_SECONDS = 30.0
 
 
 class _Message(BaseModel):
@@ -126,10 +125,6 @@ class AdmissionWorkflowInput(_Message):
     # pass well under the SDK's 2 s deadlock detector and its commands under the 4 MB gRPC limit:
     # a burst of 30,000 submitted requests in one pass broke both, and 2,000 renewals by name the first.
     max_requests_per_pass: int = Field(default=1000, ge=1)
-    # How often the singleton asks Temporal's visibility which requesters closed without giving
-    # their leases back (terminated, timed out): their capacity returns within about this long,
-    # however long the lease TTL. None: only an expired lease or a failed decision signal frees it.
-    requester_sweep_seconds: float | None = Field(default=DEFAULT_REQUESTER_SWEEP_SECONDS, ge=1, le=86_400)
     carried: "CarriedState | None" = None
 
 

@@ -108,6 +108,10 @@ class AdmissionPolicy(_Strict):
     # shorter than that expires before a healthy workload can renew it, so it is refused.
     startup_p95_seconds: float | None = Field(default=None, gt=0, le=MAX_DURATION_SECONDS)
     fair_share: FairShare | None = None
+    # How often the singleton asks Temporal's visibility which requesters closed without giving
+    # their leases back (terminated, timed out): their capacity comes back within about this long,
+    # however long the lease TTL. None: only an expired lease or a failed decision frees it.
+    requester_sweep_seconds: float | None = Field(default=30, ge=1, le=86_400)
 
     @model_validator(mode="after")
     def _lease_outlasts_startup(self) -> "AdmissionPolicy":

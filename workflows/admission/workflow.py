@@ -109,10 +109,10 @@ class AdmissionWorkflow:
         self._exporting = False
         self._handing_over = False  # continue-as-new is due and its one extra pass has begun
         self._gone_requesters: set[str] = set(carried.gone_requesters) if carried else set()
-        # The requester sweep: when the next one is due and where it reads visibility from.
-        self._sweep_every = None if input.requester_sweep_seconds is None else timedelta(seconds=input.requester_sweep_seconds)
+        # The requester sweep: where it reads visibility from, and when the next one is due.
         self._swept_from = (carried.swept_from if carried is not None else None) or workflow.info().start_time
-        self._next_sweep_at = workflow.now() + self._sweep_every if self._sweep_every is not None else None
+        self._next_sweep_at: datetime | None = None
+        self._sweeps_unsupported = False
         self._sweeping = False
         self._metrics = AdmissionMetrics(workflow.metric_meter(), input.host_group)
 
@@ -287,21 +287,26 @@ class AdmissionWorkflow:
         out) would otherwise keep its capacity until the lease TTL runs out, or until a decision to
         it fails. The sweep bounds that by its interval instead, so the TTL can be long and
         renewals rare (docs/scaling.md)."""
-        if self._next_sweep_at is None or self._sweeping or workflow.now() < self._next_sweep_at:
+        every = self._state.policy.requester_sweep_seconds
+        if every is None or self._sweeps_unsupported:
+            self._next_sweep_at = None
             return
-        if not self._holds_anything():
+        now = workflow.now()
+        if self._next_sweep_at is None:  # the first, or sweeps were just turned on
+            self._next_sweep_at = now + timedelta(seconds=every)
+        if self._sweeping or now < self._next_sweep_at or not self._holds_anything():
             return
-        self._next_sweep_at = workflow.now() + self._sweep_every
+        self._next_sweep_at = now + timedelta(seconds=every)
         self._sweeping = True
-        self._spawn(self._sweep())
+        self._spawn(self._sweep(timedelta(seconds=every)))
 
-    async def _sweep(self) -> None:
+    async def _sweep(self, every: timedelta) -> None:
         try:
             result: SweepResult = await workflow.execute_activity(
                 FIND_GONE_REQUESTERS,
                 RequesterSweep(host_group=self._input.host_group, closed_since=self._swept_from),
                 result_type=SweepResult,
-                start_to_close_timeout=max(timedelta(seconds=30), self._sweep_every),
+                start_to_close_timeout=max(timedelta(seconds=30), every),
                 retry_policy=RetryPolicy(maximum_attempts=2),
                 summary="which requesters closed without giving their leases back",
             )
@@ -312,7 +317,7 @@ class AdmissionWorkflow:
             self._sweeping = False
         if not result.supported:
             workflow.logger.warning("this server cannot list workflows; requester sweeps are off for this run")
-            self._next_sweep_at = None
+            self._sweeps_unsupported = True
             return
         self._swept_from = result.next_closed_since
         self._gone_requesters.update(result.gone)
