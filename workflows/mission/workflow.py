@@ -15,8 +15,9 @@ attributes, `wait_for_verdict`) as soon as the aggregation decides; the workflow
 itself closes only when no child is live, so long-lived children stay
 supervised, their leases renewed, until an operator sends `stop`.
 
-That can be days, and every renewal round costs the history about a dozen events
-(a requester renewal: no answer, but its timer, signal and workflow tasks), so the mission hands over to a new run (continue-as-new) once the history is long,
+That can be days, and every renewal round costs the history about a dozen events (a
+requester renewal gets no answer, but its timer, signal and workflow tasks stay), so
+the mission hands over to a new run (continue-as-new) once the history is long,
 whenever only long-lived children are running. Those children are started
 ABANDON and report everything by signal, their last observation included, so they
 outlive the run that started them and the current run hears their end. The new run
