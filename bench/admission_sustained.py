@@ -428,7 +428,7 @@ class _Design:
     async def _ramp(self, step: Step, singleton_id: str) -> None:
         """Start the step's new holders at --start-rate and wait until every lease is held."""
         t0 = time.time()
-        missing = step.holders - len(self.holders)
+        missing = step.holders - (len(self.holders) - len(self.killed))  # killed holders are replaced
         per = max(1, int(self.args.start_rate // 10))
         while missing > 0:
             chunk = min(per, missing)

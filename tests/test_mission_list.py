@@ -157,7 +157,7 @@ async def test_no_missions_and_bad_filters(dev_client: Client, substrate, tmp_pa
 
 
 async def test_a_mission_that_continued_as_new_is_listed_once(dev_client: Client, substrate, tmp_path, cli_env, capsys):
-    policy = POLICY.model_copy(update={"lease_ttl_seconds": 3})  # renewals fill the history fast
+    policy = POLICY.model_copy(update={"lease_ttl_seconds": 3})  # a renewal round a second fills the history
     async with mission_harness(dev_client, substrate, tmp_path, policy=policy) as h:
         cli_env(h)
         spec = parse_spec(h.spec("continued", [daemon("api")], orchestrator_id=f"cont-{h.suffix}"))

@@ -7,8 +7,10 @@ Renewal comes in two forms (docs/scaling.md). `renewal="requester"`: one signal 
 lease ("everything I hold", as of the moment it was sent) and gets no answer; once the signal is
 delivered before the earliest of those leases would have expired, the singleton cannot expire
 them before it has applied the renewal (it reads every delivered signal before it looks at its
-clock), so the requester extends its own view to sent_at + TTL. `renewal="per-lease"`: each
-lease named with its revision, renewed when decided, a new lease revision and a decision back.
+clock), so the requester extends its own view to sent_at + TTL. It is the default: it costs the
+singleton one history event per requester per round, and missions use it. `renewal="per-lease"`:
+each lease named with its revision, renewed when decided, a new lease revision and a decision
+back (the benchmark's baseline, and the admission probe's default).
 
 A submit is a plain signal to the running singleton;
 only when that fails (the first requester of a host group, or the singleton was
@@ -57,7 +59,7 @@ Renewal = Literal["requester", "per-lease"]
 
 
 class AdmissionClient:
-    def __init__(self, host_group: str, *, search_attributes: bool = False, renewal: Renewal = "per-lease") -> None:
+    def __init__(self, host_group: str, *, search_attributes: bool = False, renewal: Renewal = "requester") -> None:
         self.host_group = host_group
         self.renewal = renewal
         self._search_attributes = search_attributes

@@ -15,8 +15,9 @@ attributes, `wait_for_verdict`) as soon as the aggregation decides; the workflow
 itself closes only when no child is live, so long-lived children stay
 supervised, their leases renewed, until an operator sends `stop`.
 
-That can be days, and every lease renewal costs the history about twenty events,
-so the mission hands over to a new run (continue-as-new) once the history is long,
+That can be days, and every renewal round costs the history about a dozen events (a
+requester renewal gets no answer, but its timer, signal and workflow tasks stay), so
+the mission hands over to a new run (continue-as-new) once the history is long,
 whenever only long-lived children are running. Those children are started
 ABANDON and report everything by signal, their last observation included, so they
 outlive the run that started them and the current run hears their end. The new run
@@ -104,7 +105,11 @@ class MissionWorkflow:
         self._spec = input.spec
         self._child_specs = {child.child_id: child for child in input.spec.children}
         self._ledger = aggregation.initial_ledger(input.spec)
-        self._admission = AdmissionClient(input.spec.host_group, search_attributes=input.search_attributes)
+        # Requester renewals: one signal per round that names no lease and gets no answer
+        # (docs/scaling.md), so a round writes no decision, lease revision or ledger snapshot.
+        self._admission = AdmissionClient(
+            input.spec.host_group, search_attributes=input.search_attributes, renewal="requester",
+        )
         self._observations: list[ChildObservation] = []
         self._assignments: dict[str, Assignment] = {}
         self._started: set[str] = set()  # children started, by this run or an earlier one
