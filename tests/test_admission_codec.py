@@ -160,3 +160,30 @@ def test_100000_held_mission_leases_carry_under_the_sdks_512_kib_warning() -> No
     now = input_bytes(now_carried(state, requesters), state.policy)
     assert now < 512 * 1024, now
     assert input_bytes(before_carried(state, requesters), state.policy) > 3 * 512 * 1024  # the old encoding misses the bound
+
+
+def test_a_recorded_format_2_input_goes_on_in_format_3_with_nothing_lost() -> None:
+    """tests/fixtures/admission-carried-format-2.json is the input of a recorded run continued from
+    format 2 (tests/histories/admission-contended-run2.json before format 3): mission ids with an
+    attempt, a probe, every state. Carried on once more in format 3, it is the same state and map."""
+    from pathlib import Path
+
+    from workflows.admission.messages import AdmissionWorkflowInput
+    from workflows.admission.workflow import carried_state
+
+    recorded = AdmissionWorkflowInput.model_validate_json(
+        (Path(__file__).parent / "fixtures" / "admission-carried-format-2.json").read_text()
+    )
+    assert recorded.carried is not None and recorded.carried.requesters_packed is not None
+    assert codec.unpack_json(recorded.carried.engine)["format"] == 2  # type: ignore[index]
+    state, inside = codec.decode_carried(recorded.carried.engine)
+    requesters = {**inside, **codec.unpack_json(recorded.carried.requesters_packed)}  # type: ignore[dict-item]
+    assert inside == {} and requesters["recorded-preempted:api:attempt-2"] == "mission:recorded-preempted"
+    assert sorted(rec.state for rec in state.records.values()) == [
+        "admitted", "cancelled", "preempted", "released", "timed-out",
+    ]
+    again = carried_state(state, requesters, [], set(), recorded.carried.recent_audit, recorded.carried.audit_chain)
+    assert again.requesters_packed is None and again.requesters == {}
+    restored, carried_requesters = codec.decode_carried(again.engine)
+    assert carried_requesters == requesters
+    assert engine.snapshot(restored) == engine.snapshot(state)
