@@ -1,12 +1,13 @@
 """The continue-as-new input of a singleton holding N leases, in the carried format of before and now.
 
-Run: `.venv/bin/python bench/admission_carried.py [--leases 20000,50000,100000,200000] [--shape both]`.
+Run: `.venv/bin/python bench/admission_carried.py [--leases 20000,50000,100000,200000] [--shape all]`.
 Not part of the test-suite (tests/test_admission_carried_state.py asserts a bound at 100,000 leases).
 
 Bytes are those of the JSON payload the pydantic data converter produces for the real
 `AdmissionWorkflowInput` (what the server stores and limits to 2 MB; the Python SDK warns from
 512 KB), built by `workflows.admission.workflow.carried_state` (now) and, as the baseline, by the
-same state in format 2 with the requester map packed beside it (what runs carried before). Both
+same state in format 2 with the requester map packed beside it and the last 200 audit events as
+plain JSON (what runs carried before). Both
 from one engine state in this process, so the ratio is exact: sizes, not timings, are not noisy.
 
 The state is what a busy singleton holds: every request admitted, ten per requester, each
@@ -34,13 +35,15 @@ if _REPO not in sys.path:
 import argparse  # noqa: E402
 import random  # noqa: E402
 import uuid  # noqa: E402
+from collections import deque  # noqa: E402
 from datetime import datetime, timedelta, timezone  # noqa: E402
+from typing import NamedTuple  # noqa: E402
 
 from pydantic import BaseModel  # noqa: E402
 
 from workflows.admission import codec, engine  # noqa: E402
 from workflows.admission.messages import AdmissionWorkflowInput, CarriedState  # noqa: E402
-from workflows.admission.model import AdmissionPolicy, AdmissionRequest, Extend, Submit  # noqa: E402
+from workflows.admission.model import AdmissionPolicy, AdmissionRequest, AuditEvent, Extend, Submit  # noqa: E402
 
 PER_REQUESTER = 10
 SHAPES = ("sustained", "mission", "mixed")
@@ -58,14 +61,21 @@ class CarriedSize(BaseModel):
         return self.now / self.before
 
 
-def held_state(leases: int, shape: str, seed: int = 20_261_201) -> tuple[engine.EngineState, dict[str, str]]:
-    """An engine state with `leases` admitted requests and the requester map the singleton keeps."""
+class Held(NamedTuple):
+    state: engine.EngineState
+    requesters: dict[str, str]  # request id -> requester workflow id, as the singleton keeps it
+    recent: list[AuditEvent]  # the last audit events, as many as a run keeps by default
+
+
+def held_state(leases: int, shape: str, seed: int = 20_261_201) -> Held:
+    """An engine state with `leases` admitted requests, and what the singleton keeps beside it."""
     if shape not in SHAPES:
         raise ValueError(f"unknown shape {shape!r}; expected one of {', '.join(SHAPES)}")
     rng = random.Random(seed)
     policy = AdmissionPolicy(max_concurrent=leases, lease_ttl_seconds=300)
     state = engine.new_state(policy)
     requesters: dict[str, str] = {}
+    recent: deque[AuditEvent] = deque(maxlen=AdmissionWorkflowInput.model_fields["recent_audit_events"].default)
     batches = -(-leases // PER_REQUESTER)
     admitted_at: dict[str, datetime] = {}
     for batch in range(batches):
@@ -90,7 +100,8 @@ def held_state(leases: int, shape: str, seed: int = 20_261_201) -> tuple[engine.
                 priority=rng.randrange(5) if priority is None else priority,
                 submitted_at=at, queue_timeout_seconds=3600,
             )
-            state, result, _ = engine.apply(state, Submit(request=request), at)
+            state, result, events = engine.apply(state, Submit(request=request), at)
+            recent.extend(events)
             assert result.ok and result.record is not None and result.record.state == "admitted", result
             requesters[request_id] = requester
             admitted_at[request_id] = at
@@ -102,7 +113,7 @@ def held_state(leases: int, shape: str, seed: int = 20_261_201) -> tuple[engine.
         rid: at + timedelta(seconds=100) + late[requesters[rid]] for rid, at in admitted_at.items()
     }), now)
     assert result.ok and len(state.admitted) == leases, (result, len(state.admitted))
-    return state, requesters
+    return Held(state, requesters, list(recent))
 
 
 def input_bytes(carried: CarriedState, policy: AdmissionPolicy) -> int:
@@ -112,35 +123,37 @@ def input_bytes(carried: CarriedState, policy: AdmissionPolicy) -> int:
     return len(pydantic_data_converter.payload_converter.to_payloads([shell])[0].data)
 
 
-def before_carried(state: engine.EngineState, requesters: dict[str, str]) -> CarriedState:
-    """What `carried_state` built before format 3: format-2 rows, the requester map packed beside."""
-    records = state.records
+def before_carried(held: Held) -> CarriedState:
+    """What `carried_state` built before format 3: format-2 rows, the requester map packed beside,
+    the recent audit events as plain JSON."""
+    records = held.state.records
     return CarriedState(
-        engine=codec.encode(state, format=2),
-        requesters_packed=codec.pack_json({rid: who for rid, who in requesters.items() if rid in records}),
-        recent_audit=[], audit_chain="run-1",
+        engine=codec.encode(held.state, format=2),
+        requesters_packed=codec.pack_json({rid: who for rid, who in held.requesters.items() if rid in records}),
+        recent_audit=held.recent, audit_chain="run-1",
     )
 
 
-def now_carried(state: engine.EngineState, requesters: dict[str, str]) -> CarriedState:
+def now_carried(held: Held) -> CarriedState:
     from workflows.admission.workflow import carried_state
 
-    return carried_state(state, requesters, inbox=[], gone_requesters=set(), recent_audit=[], audit_chain="run-1")
+    return carried_state(held.state, held.requesters, inbox=[], gone_requesters=set(), recent_audit=held.recent,
+                         audit_chain="run-1")
 
 
 def measure(leases: int, shape: str) -> CarriedSize:
-    state, requesters = held_state(leases, shape)
+    held = held_state(leases, shape)
     return CarriedSize(
         leases=leases, shape=shape,
-        before=input_bytes(before_carried(state, requesters), state.policy),
-        now=input_bytes(now_carried(state, requesters), state.policy),
+        before=input_bytes(before_carried(held), held.state.policy),
+        now=input_bytes(now_carried(held), held.state.policy),
     )
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--leases", default="20000,50000,100000,200000", help="held leases, comma-separated")
-    parser.add_argument("--shape", default="both", choices=(*SHAPES, "both"))
+    parser.add_argument("--shape", default="all", choices=(*SHAPES, "all"))
     args = parser.parse_args(argv)
     try:
         counts = [int(part) for part in args.leases.split(",")]
@@ -150,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"admission_carried: --leases must be positive whole numbers, comma-separated (got {args.leases!r})",
               file=sys.stderr)
         return 2
-    shapes = SHAPES if args.shape == "both" else (args.shape,)
+    shapes = SHAPES if args.shape == "all" else (args.shape,)
     print(f"{'shape':<10} {'leases':>8} {'before B':>10} {'B/lease':>8} {'now B':>10} {'B/lease':>8} {'now/before':>10}")
     for shape in shapes:
         for count in counts:

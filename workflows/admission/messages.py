@@ -140,7 +140,11 @@ class CarriedState(_Message):
     inbox: list["InboxItem"] = Field(default_factory=list)
     inbox_packed: str | None = None
     gone_requesters: list[str] = Field(default_factory=list)
-    recent_audit: list[AuditEvent]
+    # The last audit events (for the audit query), packed like the inbox: as plain JSON the 200
+    # events a run keeps were about 45 KB, as much as 10,000 queued requests in format 3.
+    # `recent_audit` is read for older runs.
+    recent_audit: list[AuditEvent] = Field(default_factory=list)
+    recent_audit_packed: str | None = None
     audit_chain: str  # first run id of the chain: keys the audit store across continue-as-new
 
 

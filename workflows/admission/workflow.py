@@ -92,6 +92,8 @@ class AdmissionWorkflow:
             if carried.inbox_packed is not None:
                 self._inbox.extend(InboxItem.model_validate(item) for item in codec.unpack_json(carried.inbox_packed))  # type: ignore[union-attr]
             self._recent = deque(carried.recent_audit, maxlen=input.recent_audit_events)
+            if carried.recent_audit_packed is not None:
+                self._recent.extend(AuditEvent.model_validate(event) for event in codec.unpack_json(carried.recent_audit_packed))  # type: ignore[union-attr]
             self._audit_chain = carried.audit_chain
         # requester -> its request ids, for renewals that name none (rebuilt, never carried)
         self._by_requester: dict[str, set[str]] = defaultdict(set)
@@ -532,6 +534,6 @@ def carried_state(
         engine=codec.encode(state, requesters),  # the requester map of the records travels inside
         inbox_packed=codec.pack_json([item.model_dump(mode="json") for item in inbox]) if inbox else None,
         gone_requesters=sorted(gone_requesters),
-        recent_audit=recent_audit,
+        recent_audit_packed=codec.pack_json([event.model_dump(mode="json") for event in recent_audit]) if recent_audit else None,
         audit_chain=audit_chain,
     )
