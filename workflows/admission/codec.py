@@ -95,6 +95,9 @@ def _unints(column: dict, count: int) -> list:
     return values
 
 
+_NOTHING = object()
+
+
 def _values(values: list, stems: list[str] | None = None) -> dict:
     """A table of distinct forms and each record's index into it. With `stems`, a string that
     contains its record's stem is the form [before, after]: one form for every record whose id
@@ -103,8 +106,17 @@ def _values(values: list, stems: list[str] | None = None) -> dict:
     forms: list = []
     index: dict[tuple, int] = {}
     at: list[int | None] = []
+    last: object = _NOTHING
+    last_stem = ""
+    number = 0
     for position, value in enumerate(values):
         stem = stems[position] if stems is not None else ""
+        # Neighbours mostly share a value (one requester's requests, and, once decoded from this
+        # format, the very same object): the same object next to the same stem needs no lookup.
+        if value is last and stem is last_stem:
+            at.append(number)
+            continue
+        last, last_stem = value, stem
         if stem and isinstance(value, str) and stem in value:
             cut = value.index(stem)
             key: tuple = ("~", value[:cut], value[cut + len(stem):])
