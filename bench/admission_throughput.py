@@ -699,8 +699,7 @@ def can_payload_size(queued: int) -> CanSize:
         return len(json.dumps(value, separators=(",", ":")))
 
     parts = {
-        "carried.engine (zlib + base64 rows)": size(document["engine"]),
-        "carried.requesters_packed (zlib + base64 map)": size(document["requesters_packed"]),
+        "carried.engine (format 3: records and requester map, zlib + base64)": size(document["engine"]),
         f"carried.recent_audit ({len(recent)} events)": size(document["recent_audit"]),
     }
     parts["everything else"] = len(payload.data) - sum(parts.values())

@@ -8,8 +8,9 @@ from datetime import datetime, timedelta, timezone
 from temporalio.contrib.pydantic import pydantic_data_converter
 
 from workflows.admission import codec, engine
-from workflows.admission.messages import AdmissionWorkflowInput, CarriedState
+from workflows.admission.messages import AdmissionWorkflowInput
 from workflows.admission.model import AdmissionPolicy, AdmissionRequest, Submit
+from workflows.admission.workflow import carried_state
 
 
 def test_carried_state_with_10000_queued_mission_requests_is_under_1_mb() -> None:
@@ -28,26 +29,22 @@ def test_carried_state_with_10000_queued_mission_requests_is_under_1_mb() -> Non
         requesters[request_id] = mission
     assert state.queued_count == 10_000
 
-    carried = CarriedState(
-        engine=codec.encode(state), requesters_packed=codec.pack_json(requesters), inbox=[], recent_audit=[],
-        audit_chain="run-1",
-    )
+    carried = carried_state(state, requesters, inbox=[], gone_requesters=set(), recent_audit=[], audit_chain="run-1")
     payload = pydantic_data_converter.payload_converter.to_payloads(
         [AdmissionWorkflowInput(host_group="default", policy=policy, carried=carried)]
     )[0]
     assert len(payload.data) < 1_000_000, len(payload.data)
 
     # And it carries everything: the decoded state decides exactly like the original.
-    restored = codec.decode(carried.engine)
+    restored, carried_requesters = codec.decode_carried(carried.engine)
     assert engine.snapshot(restored) == engine.snapshot(state)
-    assert codec.unpack_json(carried.requesters_packed) == requesters
+    assert carried_requesters == requesters
 
 
 def test_a_burst_of_30000_submitted_requests_carried_in_the_inbox_stays_under_the_payload_limit() -> None:
     """Signals that arrive while a run hands over are carried: a burst of submits must not make
     continue-as-new fail (it would fail on every retry, and the singleton would be stuck)."""
     from workflows.admission.messages import InboxItem, SubmitBatch
-    from workflows.admission.workflow import carried_state
 
     policy = AdmissionPolicy(max_concurrent=100_000)
     base = datetime(2026, 11, 1, tzinfo=timezone.utc)

@@ -119,7 +119,7 @@ def test_a_format_1_carried_state_from_before_requeue_still_decodes() -> None:
     group = HostGroup(max_concurrent=1)
     group.submit("a", t=0)
     group.submit("b", t=1)
-    document = codec.unpack_json(codec.encode(group.state))
+    document = codec.unpack_json(codec.encode(group.state, format=2))
     document["format"] = 1
     document["rows"] = [row[:20] for row in document["rows"]]  # without gang fields and requeue count
     restored = codec.decode(codec.pack_json(document))

@@ -2,9 +2,16 @@
 
 Only records, policy and counters are carried; every index (queue classes,
 heaps, usage) is rebuilt on load, so the encoding cannot disagree with them.
-Rows are positional lists and the whole document is zlib-compressed: 10,000
-queued requests must fit well under the server's 2 MB payload limit. zlib
-output is a pure function of its input, so this is safe in workflow code.
+The whole document is zlib-compressed: zlib output is a pure function of its
+input, so this is safe in workflow code.
+
+Format 3 (what runs carry now) is columnar and carries the requester map too:
+held leases are what a busy singleton carries most of, and the server refuses a
+continue-as-new input over 2 MB. Format 2 (positional rows, the requester map
+packed beside them) cost about 30 bytes a lease and reached that limit near
+65,000 held leases; format 3 costs a few bytes a lease (bench/admission_carried.py,
+docs/scaling.md). Formats 1 and 2 still decode: runs recorded before continue
+from them.
 """
 
 from __future__ import annotations
@@ -12,14 +19,16 @@ from __future__ import annotations
 import base64
 import json
 import zlib
+from collections.abc import Mapping
 
 from workflows.admission.engine import EngineState, Rec, from_micros, new_state, rebuild_indexes
 from workflows.admission.model import AdmissionPolicy, AdmissionRequest
 
 # 2: rows end with the gang fields and the requeue count (ADR-004); format 1 rows, which lack
 # them, still decode (no gang, no requeue yet), so a run continued from an older one loses nothing.
-FORMAT = 2
-_READABLE = (1, 2)
+# 3: columns, request ids split around their requester, the requester map folded in (below).
+FORMAT = 3
+_READABLE = (1, 2, 3)
 _REQUEST_FIELDS = (
     "request_id", "orchestrator_id", "environment", "provider", "runtime_kind", "priority",
     "queue_timeout_seconds", "preemptible", "lane", "priority_class",
@@ -42,14 +51,188 @@ def unpack_json(blob: str) -> object:
     return json.loads(zlib.decompress(base64.b64decode(blob)))
 
 
-def encode(state: EngineState) -> str:
+# Format 3's columns. Values: one dictionary column each (a table of distinct values and an index
+# per record), because nearly all of them are few-valued (placement, priority, state, counters):
+# a constant column costs its one value, whatever the number of records. Ids: the same, each
+# value written relative to the record's stem (below) when it contains it, so `mission:<m>` and
+# `<m>` cost one form for every record. Times: integer columns, each written as the difference
+# from a value the decoder already has, so times that move together cost next to nothing.
+_VALUE_COLUMNS = (
+    "environment", "provider", "runtime_kind", "priority", "queue_timeout_seconds", "preemptible", "lane",
+    "priority_class", "gang_size", "state", "revision", "reason", "lease_revision", "requeue_attempts", "tail",
+)
+_ID_COLUMNS = ("requester", "orchestrator_id", "gang_id", "preempted_by")
+_RECORD_VALUES = ("state", "revision", "reason", "lease_revision", "requeue_attempts", "preempted_by")
+
+
+def _ints(values: list[int | None]) -> dict:
+    """Each value as its step from the previous one (None kept): ordered times, and indexes that
+    change rarely, become runs of small numbers that zlib folds away."""
+    if all(value == values[0] for value in values):
+        return {"all": values[0] if values else None}
+    steps: list[int | None] = []
+    previous = 0
+    for value in values:
+        if value is None:
+            steps.append(None)
+        else:
+            steps.append(value - previous)
+            previous = value
+    return {"steps": steps}
+
+
+def _unints(column: dict, count: int) -> list:
+    if "all" in column:
+        return [column["all"]] * count
+    values = []
+    previous = 0
+    for step in column["steps"]:
+        if step is None:
+            values.append(None)
+        else:
+            previous += step
+            values.append(previous)
+    return values
+
+
+_NOTHING = object()
+
+
+def _values(values: list, stems: list[str] | None = None) -> dict:
+    """A table of distinct forms and each record's index into it. With `stems`, a string that
+    contains its record's stem is the form [before, after]: one form for every record whose id
+    column is built from its request id the same way. Forms are keyed by type as well as value,
+    so True, 1 and 1.0 stay apart."""
+    forms: list = []
+    index: dict[tuple, int] = {}
+    at: list[int | None] = []
+    last: object = _NOTHING
+    last_stem = ""
+    number = 0
+    for position, value in enumerate(values):
+        stem = stems[position] if stems is not None else ""
+        # Neighbours mostly share a value (one requester's requests, and, once decoded from this
+        # format, the very same object): the same object next to the same stem needs no lookup.
+        if value is last and stem is last_stem:
+            at.append(number)
+            continue
+        last, last_stem = value, stem
+        if stem and isinstance(value, str) and stem in value:
+            cut = value.index(stem)
+            key: tuple = ("~", value[:cut], value[cut + len(stem):])
+            form: object = list(key[1:])
+        else:
+            key, form = (type(value).__name__, value), value
+        number = index.get(key)
+        if number is None:
+            number = index[key] = len(forms)
+            forms.append(form)
+        at.append(number)
+    return {"forms": forms, "at": _ints(at)}
+
+
+def _unvalues(column: dict, count: int, stems: list[str] | None = None) -> list:
+    forms = column["forms"]
+    values = []
+    for position, number in enumerate(_unints(column["at"], count)):
+        form = forms[number]
+        values.append(form[0] + stems[position] + form[1] if isinstance(form, list) else form)  # type: ignore[index]
+    return values
+
+
+def _split(request_id: str, requester: str | None) -> tuple[str, str]:
+    """The request id as (stem, tail), the stem being its longest prefix that occurs in the
+    requester's id: `<r>/w3` of requester `<r>`, and `<m>:<child>` of mission workflow `mission:<m>`
+    (workflows.ids), both give the requester's part as the stem, so ten requests of one requester
+    carry its id once. Any split is exact; this one is only the one that shares most. A prefix
+    occurs in the requester id only if every shorter one does, so it is found by bisection."""
+    if not requester:
+        return "", request_id
+    low, high = 0, min(len(request_id), len(requester))
+    while low < high:
+        middle = (low + high + 1) // 2
+        if request_id[:middle] in requester:
+            low = middle
+        else:
+            high = middle - 1
+    return request_id[:low], request_id[low:]
+
+
+def _ttl_us(policy: AdmissionPolicy) -> int:
+    return round(policy.lease_ttl_seconds * 1_000_000)
+
+
+def encode(state: EngineState, requesters: Mapping[str, str] | None = None, *, format: int = FORMAT) -> str:
+    """`requesters` (request id -> requester workflow id) travels in the same blob (format 3), for the
+    records only; `format=2` writes what runs carried before (for tests and the benchmark's baseline)."""
+    if format == 2:
+        if requesters:
+            raise ValueError("format 2 carries no requester map; pack it beside the blob (pack_json)")
+        return _encode_rows(state)
+    if format != FORMAT:
+        raise ValueError(f"cannot write admission state format {format!r}; expected 2 or {FORMAT}")
+    requesters = requesters or {}
+    recs = list(state.records.values())
+    holders = [requesters.get(rec.request_id) for rec in recs]
+    stems: list[str] = []
+    tails: list[str] = []
+    for rec, holder in zip(recs, holders):
+        stem, tail = _split(rec.request_id, holder)
+        stems.append(stem)
+        tails.append(tail)
+    stem_table: dict[str, int] = {}
+    for stem in stems:
+        stem_table.setdefault(stem, len(stem_table))
+    ttl_us = _ttl_us(state.policy)
+    request = [rec.request for rec in recs]
+    columns: dict[str, dict] = {
+        "stem": _ints([stem_table[stem] for stem in stems]),
+        "tail": _values(tails),
+        "requester": _values(holders, stems),
+        "orchestrator_id": _values([r.orchestrator_id for r in request], stems),
+        "gang_id": _values([r.gang_id for r in request], stems),
+        "preempted_by": _values([rec.preempted_by for rec in recs], stems),
+        "submitted_us": _ints([rec.submitted_us for rec in recs]),
+        # A queue deadline is (nearly always) submission plus queue timeout; the rest is kept exactly.
+        "queue_deadline_us": _ints([
+            None if rec.queue_deadline_us is None else rec.queue_deadline_us - rec.submitted_us - rec.timeout_us
+            for rec in recs
+        ]),
+        # Admission follows submission by the wait in the queue: zero for most (nothing was waiting).
+        "admitted_us": _ints([None if rec.admitted_us is None else rec.admitted_us - rec.submitted_us for rec in recs]),
+        # A lease expires a TTL after admission until renewed; a requester's renewal moves all its
+        # leases alike, so the offsets repeat within a requester.
+        "lease_expires_us": _ints([
+            rec.lease_expires_us if rec.lease_expires_us is None or rec.admitted_us is None
+            else rec.lease_expires_us - rec.admitted_us - ttl_us
+            for rec in recs
+        ]),
+        "finished_us": _ints([rec.finished_us for rec in recs]),
+    }
+    for name in _VALUE_COLUMNS:
+        if name == "tail":
+            continue
+        columns[name] = _values([getattr(rec, name) if name in _RECORD_VALUES else getattr(rec.request, name) for rec in recs])
+    document = {
+        "format": FORMAT,
+        "policy": state.policy.model_dump(mode="json"),
+        "now_us": state.now_us,
+        "revision": state.revision,
+        "count": len(recs),
+        "stems": list(stem_table),
+        "columns": columns,
+    }
+    return pack_json(document)
+
+
+def _encode_rows(state: EngineState) -> str:
     rows = [
         [getattr(rec.request, name) for name in _REQUEST_FIELDS] + [getattr(rec, name) for name in _STATE_FIELDS]
         + [getattr(rec.request, name) for name in _REQUEST_EXTRA] + [getattr(rec, name) for name in _STATE_EXTRA]
         for rec in state.records.values()
     ]
     document = {
-        "format": FORMAT,
+        "format": 2,
         "policy": state.policy.model_dump(mode="json"),
         "now_us": state.now_us,
         "revision": state.revision,
@@ -59,12 +242,64 @@ def encode(state: EngineState) -> str:
 
 
 def decode(blob: str) -> EngineState:
+    return decode_carried(blob)[0]
+
+
+def decode_carried(blob: str) -> tuple[EngineState, dict[str, str]]:
+    """The state and the requester map it carries (empty for formats 1 and 2, which carry it beside)."""
     document = unpack_json(blob)
-    if document.get("format") not in _READABLE:
-        raise ValueError(f"unknown admission state format {document.get('format')!r}; expected one of {_READABLE}")
+    if not isinstance(document, dict) or document.get("format") not in _READABLE:
+        found = document.get("format") if isinstance(document, dict) else None
+        raise ValueError(f"unknown admission state format {found!r}; expected one of {_READABLE}")
     state = new_state(AdmissionPolicy.model_validate(document["policy"]))
     state.now_us = document["now_us"]
     state.revision = document["revision"]
+    requesters: dict[str, str] = {}
+    if document["format"] == 3:
+        _decode_columns(state, document, requesters)
+    else:
+        _decode_rows(state, document)
+    rebuild_indexes(state)
+    return state, requesters
+
+
+def _decode_columns(state: EngineState, document: dict, requesters: dict[str, str]) -> None:
+    count = document["count"]
+    columns = document["columns"]
+    stem_table = document["stems"]
+    stems = [stem_table[number] for number in _unints(columns["stem"], count)]
+    tails = _unvalues(columns["tail"], count)
+    ids = {name: _unvalues(columns[name], count, stems) for name in _ID_COLUMNS}
+    values = {name: _unvalues(columns[name], count) for name in _VALUE_COLUMNS if name != "tail"}
+    times = {name: _unints(columns[name], count) for name in (
+        "submitted_us", "queue_deadline_us", "admitted_us", "lease_expires_us", "finished_us",
+    )}
+    ttl_us = _ttl_us(state.policy)
+    request_names = [name for name in _VALUE_COLUMNS if name != "tail" and name not in _RECORD_VALUES]
+    for position in range(count):
+        request_id = stems[position] + tails[position]
+        fields = {name: values[name][position] for name in request_names}
+        request = AdmissionRequest.model_construct(
+            request_id=request_id, orchestrator_id=ids["orchestrator_id"][position], gang_id=ids["gang_id"][position],
+            submitted_at=from_micros(times["submitted_us"][position]), **fields,
+        )
+        rec = Rec(request)
+        for name in _RECORD_VALUES:
+            setattr(rec, name, ids[name][position] if name in ids else values[name][position])
+        deadline = times["queue_deadline_us"][position]
+        rec.queue_deadline_us = None if deadline is None else deadline + rec.submitted_us + rec.timeout_us
+        admitted = times["admitted_us"][position]
+        rec.admitted_us = None if admitted is None else admitted + rec.submitted_us
+        expires = times["lease_expires_us"][position]
+        rec.lease_expires_us = expires if expires is None or rec.admitted_us is None else expires + rec.admitted_us + ttl_us
+        rec.finished_us = times["finished_us"][position]
+        state.records[request_id] = rec
+        holder = ids["requester"][position]
+        if holder is not None:
+            requesters[request_id] = holder
+
+
+def _decode_rows(state: EngineState, document: dict) -> None:
     split = len(_REQUEST_FIELDS)
     base = split + len(_STATE_FIELDS)
     for row in document["rows"]:
@@ -79,5 +314,3 @@ def decode(blob: str) -> EngineState:
         for name, value in values.items():
             setattr(rec, name, value)
         state.records[rec.request_id] = rec
-    rebuild_indexes(state)
-    return state

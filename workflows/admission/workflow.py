@@ -88,14 +88,17 @@ class AdmissionWorkflow:
             self._recent: deque[AuditEvent] = deque(maxlen=input.recent_audit_events)
             self._audit_chain = workflow.info().run_id
         else:
-            self._state = codec.decode(carried.engine)
-            self._requesters = dict(carried.requesters)
+            # Format 3 carries the requester map inside the engine blob; older runs carried it beside.
+            self._state, self._requesters = codec.decode_carried(carried.engine)
+            self._requesters.update(carried.requesters)
             if carried.requesters_packed is not None:
                 self._requesters.update(codec.unpack_json(carried.requesters_packed))  # type: ignore[arg-type]
             self._inbox = list(carried.inbox)
             if carried.inbox_packed is not None:
                 self._inbox.extend(InboxItem.model_validate(item) for item in codec.unpack_json(carried.inbox_packed))  # type: ignore[union-attr]
             self._recent = deque(carried.recent_audit, maxlen=input.recent_audit_events)
+            if carried.recent_audit_packed is not None:
+                self._recent.extend(AuditEvent.model_validate(event) for event in codec.unpack_json(carried.recent_audit_packed))  # type: ignore[union-attr]
             self._audit_chain = carried.audit_chain
         # requester -> its request ids, for renewals that name none (rebuilt, never carried)
         self._by_requester: dict[str, set[str]] = defaultdict(set)
@@ -594,12 +597,10 @@ def carried_state(
     audit_chain: str,
 ) -> CarriedState:
     """The compact form a continued run starts from (also what the benchmark sizes)."""
-    records = state.records
     return CarriedState(
-        engine=codec.encode(state),
-        requesters_packed=codec.pack_json({rid: who for rid, who in requesters.items() if rid in records}),
+        engine=codec.encode(state, requesters),  # the requester map of the records travels inside
         inbox_packed=codec.pack_json([item.model_dump(mode="json") for item in inbox]) if inbox else None,
         gone_requesters=sorted(gone_requesters),
-        recent_audit=recent_audit,
+        recent_audit_packed=codec.pack_json([event.model_dump(mode="json") for event in recent_audit]) if recent_audit else None,
         audit_chain=audit_chain,
     )

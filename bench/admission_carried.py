@@ -1,0 +1,177 @@
+"""The continue-as-new input of a singleton holding N leases, in the carried format of before and now.
+
+Run: `.venv/bin/python bench/admission_carried.py [--leases 20000,50000,100000,200000] [--shape all]`.
+Not part of the test-suite (tests/test_admission_carried_state.py asserts a bound at 100,000 leases).
+
+Bytes are those of the JSON payload the pydantic data converter produces for the real
+`AdmissionWorkflowInput` (what the server stores and limits to 2 MB; the Python SDK warns from
+512 KB), built by `workflows.admission.workflow.carried_state` (now) and, as the baseline, by the
+same state in format 2 with the requester map packed beside it and the last 200 audit events as
+plain JSON (what runs carried before). Both
+from one engine state in this process, so the ratio is exact: sizes, not timings, are not noisy.
+
+The state is what a busy singleton holds: every request admitted, ten per requester, each
+requester's batch submitted at one moment, submissions spread over a minute, and every lease
+renewed once by its requester (requester renewals, a third of the TTL after admission), so lease
+expiries differ between requesters as they do in a running singleton. Two id shapes:
+  sustained: requesters `sustained-requester-<hex6>-holder-<k>`, request ids `<requester>/w<i>`,
+             orchestrator = requester (bench/admission_sustained.py's holders);
+  mission:   requesters `mission:<mission id>` with mission ids `mission-<uuid>`, request ids
+             `<mission id>:child-<i>` (workflows.ids), one orchestrator id for all, placement from a
+             few environments and priorities (workflows/mission/workflow.py's requests);
+  mixed:     bench/admission_throughput.py's ids (`mission:<uuid>/w<i>`, orchestrator = requester),
+             environment and priority drawn for every request: the most entropy per lease.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+_REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if _REPO not in sys.path:
+    sys.path.insert(0, _REPO)
+
+import argparse  # noqa: E402
+import random  # noqa: E402
+import uuid  # noqa: E402
+from collections import deque  # noqa: E402
+from datetime import datetime, timedelta, timezone  # noqa: E402
+from typing import NamedTuple  # noqa: E402
+
+from pydantic import BaseModel  # noqa: E402
+
+from workflows.admission import codec, engine  # noqa: E402
+from workflows.admission.messages import AdmissionWorkflowInput, CarriedState  # noqa: E402
+from workflows.admission.model import AdmissionPolicy, AdmissionRequest, AuditEvent, Extend, Submit  # noqa: E402
+
+PER_REQUESTER = 10
+SHAPES = ("sustained", "mission", "mixed")
+BASE = datetime(2026, 12, 1, tzinfo=timezone.utc)
+
+
+class CarriedSize(BaseModel):
+    leases: int
+    shape: str
+    before: int  # bytes of the input in format 2 (+ requesters_packed)
+    now: int  # bytes of the input as carried_state builds it
+
+    @property
+    def ratio(self) -> float:
+        return self.now / self.before
+
+
+class Held(NamedTuple):
+    state: engine.EngineState
+    requesters: dict[str, str]  # request id -> requester workflow id, as the singleton keeps it
+    recent: list[AuditEvent]  # the last audit events, as many as a run keeps by default
+
+
+def held_state(leases: int, shape: str, seed: int = 20_261_201) -> Held:
+    """An engine state with `leases` admitted requests, and what the singleton keeps beside it."""
+    if shape not in SHAPES:
+        raise ValueError(f"unknown shape {shape!r}; expected one of {', '.join(SHAPES)}")
+    rng = random.Random(seed)
+    policy = AdmissionPolicy(max_concurrent=leases, lease_ttl_seconds=300)
+    state = engine.new_state(policy)
+    requesters: dict[str, str] = {}
+    recent: deque[AuditEvent] = deque(maxlen=AdmissionWorkflowInput.model_fields["recent_audit_events"].default)
+    batches = -(-leases // PER_REQUESTER)
+    admitted_at: dict[str, datetime] = {}
+    for batch in range(batches):
+        at = BASE + timedelta(microseconds=batch * 60_000_000 // batches + rng.randrange(1000))
+        if shape == "sustained":
+            requester = f"sustained-requester-{rng.getrandbits(24):06x}-holder-{batch:05d}"
+            ids = [f"{requester}/w{i}" for i in range(PER_REQUESTER)]
+            orchestrator, environment, priority = requester, "bench", 0
+        elif shape == "mixed":
+            requester = f"mission:{uuid.UUID(int=rng.getrandbits(128), version=4)}"
+            ids = [f"{requester}/w{i}" for i in range(PER_REQUESTER)]
+            orchestrator, environment, priority = requester, None, None
+        else:
+            mission = f"mission-{uuid.UUID(int=rng.getrandbits(128), version=4)}"
+            requester = f"mission:{mission}"
+            ids = [f"{mission}:child-{i:02d}" for i in range(PER_REQUESTER)]
+            orchestrator, environment, priority = "mission-control", rng.choice(("prod", "staging", "dev")), rng.randrange(5)
+        for request_id in ids[:leases - batch * PER_REQUESTER]:
+            request = AdmissionRequest(
+                request_id=request_id, orchestrator_id=orchestrator, provider="local", runtime_kind="container",
+                environment=environment or rng.choice(("prod", "staging", "dev")),
+                priority=rng.randrange(5) if priority is None else priority,
+                submitted_at=at, queue_timeout_seconds=3600,
+            )
+            state, result, events = engine.apply(state, Submit(request=request), at)
+            recent.extend(events)
+            assert result.ok and result.record is not None and result.record.state == "admitted", result
+            requesters[request_id] = requester
+            admitted_at[request_id] = at
+    # Every requester renews all it holds about a third of the TTL after its admission (its timer
+    # fires on its own clock: up to a second late).
+    now = BASE + timedelta(seconds=160)
+    late = {requester: timedelta(microseconds=rng.randrange(1_000_000)) for requester in sorted(set(requesters.values()))}
+    state, result, _ = engine.apply(state, Extend(renewals={
+        rid: at + timedelta(seconds=100) + late[requesters[rid]] for rid, at in admitted_at.items()
+    }), now)
+    assert result.ok and len(state.admitted) == leases, (result, len(state.admitted))
+    return Held(state, requesters, list(recent))
+
+
+def input_bytes(carried: CarriedState, policy: AdmissionPolicy) -> int:
+    from temporalio.contrib.pydantic import pydantic_data_converter
+
+    shell = AdmissionWorkflowInput(host_group="gpu-pool-eu-west-1", policy=policy, carried=carried)
+    return len(pydantic_data_converter.payload_converter.to_payloads([shell])[0].data)
+
+
+def before_carried(held: Held) -> CarriedState:
+    """What `carried_state` built before format 3: format-2 rows, the requester map packed beside,
+    the recent audit events as plain JSON."""
+    records = held.state.records
+    return CarriedState(
+        engine=codec.encode(held.state, format=2),
+        requesters_packed=codec.pack_json({rid: who for rid, who in held.requesters.items() if rid in records}),
+        recent_audit=held.recent, audit_chain="run-1",
+    )
+
+
+def now_carried(held: Held) -> CarriedState:
+    from workflows.admission.workflow import carried_state
+
+    return carried_state(held.state, held.requesters, inbox=[], gone_requesters=set(), recent_audit=held.recent,
+                         audit_chain="run-1")
+
+
+def measure(leases: int, shape: str) -> CarriedSize:
+    held = held_state(leases, shape)
+    return CarriedSize(
+        leases=leases, shape=shape,
+        before=input_bytes(before_carried(held), held.state.policy),
+        now=input_bytes(now_carried(held), held.state.policy),
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--leases", default="20000,50000,100000,200000", help="held leases, comma-separated")
+    parser.add_argument("--shape", default="all", choices=(*SHAPES, "all"))
+    args = parser.parse_args(argv)
+    try:
+        counts = [int(part) for part in args.leases.split(",")]
+        if any(count < 1 for count in counts):
+            raise ValueError
+    except ValueError:
+        print(f"admission_carried: --leases must be positive whole numbers, comma-separated (got {args.leases!r})",
+              file=sys.stderr)
+        return 2
+    shapes = SHAPES if args.shape == "all" else (args.shape,)
+    print(f"{'shape':<10} {'leases':>8} {'before B':>10} {'B/lease':>8} {'now B':>10} {'B/lease':>8} {'now/before':>10}")
+    for shape in shapes:
+        for count in counts:
+            size = measure(count, shape)
+            print(f"{shape:<10} {count:>8} {size.before:>10} {size.before / count:>8.2f} {size.now:>10} "
+                  f"{size.now / count:>8.2f} {size.ratio:>10.3f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
