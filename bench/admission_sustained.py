@@ -519,8 +519,8 @@ class _Design:
         for index, handle in self.probes:
             steps[index].probes.append(await handle.result())
         living = [holder for holder in self.holders if holder.id not in self.killed]
-        await asyncio.gather(*(holder.signal("stop") for holder in living))
-        outcomes = await asyncio.gather(*(holder.result() for holder in living))
+        await _bounded(holder.signal("stop") for holder in living)
+        outcomes = await _bounded(holder.result() for holder in living)
         for outcome in outcomes:
             for moment in outcome.lost:
                 # charged to the step during which it happened (ramp included), or the last one
@@ -533,6 +533,18 @@ class _Design:
             await self.client.get_workflow_handle(singleton_id).terminate(reason="bench finished")
         except RPCError as error:  # it may have ended on its own (the server fails a run it cannot persist)
             print(f"bench: {singleton_id} was no longer running: {error}", file=sys.stderr)
+
+
+async def _bounded(calls, at_once: int = 50) -> list:
+    """Thousands of calls, a few at a time: the server refuses more long polls per namespace than
+    its poller limit (`namespace concurrent poller limit exceeded`)."""
+    gate = asyncio.Semaphore(at_once)
+
+    async def one(call):
+        async with gate:
+            return await call
+
+    return await asyncio.gather(*(one(call) for call in calls))
 
 
 async def _read_histories(client, singleton_id: str, steps: list[Step], cache: dict[str, list]) -> None:
