@@ -101,11 +101,12 @@ async def find_gone_requesters(client: Client, sweep: RequesterSweep) -> SweepRe
 async def signal_with_start_admission(
     client: Client, task_queue: str, host_group: str, policy: AdmissionPolicy, signal: str, payload: object,
     *, max_history_events: int | None = None, search_attributes: bool = False, max_requests_per_pass: int | None = None,
+    max_history_bytes: int | None = None,
 ) -> None:
     """Deliver `signal` to `admission:<host_group>`, starting it first if it is not running."""
     await client.start_workflow(
         ADMISSION_WORKFLOW,
-        _input(host_group, policy, max_history_events, max_requests_per_pass),
+        _input(host_group, policy, max_history_events, max_requests_per_pass, max_history_bytes),
         id=admission_workflow_id(host_group),
         task_queue=task_queue,
         start_signal=signal,
@@ -136,13 +137,14 @@ async def set_policy_with_start(
 
 def _input(
     host_group: str, policy: AdmissionPolicy, max_history_events: int | None, max_requests_per_pass: int | None = None,
+    max_history_bytes: int | None = None,
 ) -> AdmissionWorkflowInput:
-    workflow_input = AdmissionWorkflowInput(host_group=host_group, policy=policy)
-    if max_history_events is not None:
-        workflow_input.max_history_events = max_history_events
-    if max_requests_per_pass is not None:
-        workflow_input.max_requests_per_pass = max_requests_per_pass
-    return workflow_input
+    """The singleton's input; a limit left None keeps the model's default."""
+    limits = {"max_history_events": max_history_events, "max_requests_per_pass": max_requests_per_pass,
+              "max_history_bytes": max_history_bytes}
+    return AdmissionWorkflowInput(
+        host_group=host_group, policy=policy, **{name: value for name, value in limits.items() if value is not None},
+    )
 
 
 def _summary(host_group: str) -> str:

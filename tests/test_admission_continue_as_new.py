@@ -93,3 +93,69 @@ async def _full_audit(h, expected_requests: int):
     queued = {e.request_id for e in events if e.type == "queued"}
     contiguous = [e.seq for e in events] == list(range(1, len(events) + 1))
     return events if len(queued) == expected_requests and contiguous else None
+
+
+async def test_a_history_heavy_in_bytes_continues_as_new_before_its_event_count_says_so(dev_client: Client, tmp_path):
+    """Five submits of a hundred requests with long ids: about fifty events, far below any event
+    threshold, but over `max_history_bytes` (here its minimum, 100 kB). The singleton must hand
+    over on size, and hand over everything."""
+    policy = AdmissionPolicy(max_concurrent=1000, lease_ttl_seconds=86_400)
+    base = datetime.now(timezone.utc)
+    async with admission_harness(dev_client, tmp_path, policy, workflows_extra=[DecisionSinkWorkflow]) as h:
+        sink = await dev_client.start_workflow(DecisionSinkWorkflow.run, id=f"sink-{h.host_group}", task_queue=h.config.task_queue)
+        h.started.append(sink)
+        ids = []
+        for batch in range(5):
+            requests = [
+                AdmissionRequest(
+                    request_id=f"{'x' * 200}-{batch}-{i:03d}", orchestrator_id="heavy", environment="dev", provider="local",
+                    runtime_kind="container", priority=0, submitted_at=base, queue_timeout_seconds=86_400,
+                )
+                for i in range(100)
+            ]
+            ids += [request.request_id for request in requests]
+            await signal_with_start_admission(
+                dev_client, h.config.task_queue, h.host_group, policy, "submit", SubmitBatch(requester=sink.id, requests=requests),
+            )
+            if batch == 0:  # unless told otherwise, a singleton hands over at 2 MB of history
+                described = await h.admission.fetch_history()
+                first = described.events[0].workflow_execution_started_event_attributes.input.payloads[0].data
+                assert b'"max_history_bytes":2000000' in first
+        await h.eventually(lambda: _all_decided(sink, ids), "every request decided", within=60)
+        runs = [run async for run in dev_client.list_workflows(f"WorkflowId = '{h.admission.id}'")]
+        assert len(runs) == 1, "the default limit (2 MB) is far above this test's history"
+
+    # The same burst against a singleton limited to 100 kB of history.
+    async with admission_harness(dev_client, tmp_path, policy, workflows_extra=[DecisionSinkWorkflow]) as h:
+        sink = await dev_client.start_workflow(DecisionSinkWorkflow.run, id=f"sink-{h.host_group}", task_queue=h.config.task_queue)
+        h.started.append(sink)
+        ids = []
+        for batch in range(5):
+            requests = [
+                AdmissionRequest(
+                    request_id=f"{'x' * 200}-{batch}-{i:03d}", orchestrator_id="heavy", environment="dev", provider="local",
+                    runtime_kind="container", priority=0, submitted_at=base, queue_timeout_seconds=86_400,
+                )
+                for i in range(100)
+            ]
+            ids += [request.request_id for request in requests]
+            await signal_with_start_admission(
+                dev_client, h.config.task_queue, h.host_group, policy, "submit", SubmitBatch(requester=sink.id, requests=requests),
+                max_history_bytes=100_000,
+            )
+        await h.eventually(lambda: _all_decided(sink, ids), "every request decided", within=60)
+
+        async def handed_over():  # once its outbound work settled
+            runs = [run async for run in dev_client.list_workflows(f"WorkflowId = '{h.admission.id}'")]
+            return runs if len(runs) >= 2 else None
+
+        runs = await h.eventually(handed_over, "a continue-as-new on size", within=30)
+        histories = [await dev_client.get_workflow_handle(h.admission.id, run_id=run.run_id).fetch_history() for run in runs]
+        assert all(len(history.events) < 100 for history in histories), "it must have been the size, not the count"
+        leases = await h.admission.query("leases", result_type=list[LeaseRow])
+        assert sorted(row.request_id for row in leases) == sorted(ids)
+
+
+async def _all_decided(sink, ids: list[str]) -> bool:
+    decisions = await sink.query(DecisionSinkWorkflow.decisions)
+    return all(decisions.get(rid) is not None and decisions[rid].state == "admitted" for rid in ids)

@@ -119,12 +119,19 @@ class AdmissionWorkflowInput(_Message):
     # Continue-as-new after this many history events even if the server has not
     # suggested it (lets tests and cautious operators force it early).
     max_history_events: int = Field(default=10_000, ge=100)
+    # ... or after this many bytes of history. A burst of submits and their decisions writes
+    # kilobytes per event: ramping 20,000 held leases to 35,000 grew one run to 8.5 MB before the
+    # event count was reached, and a worker that lost it from its cache then spent 6 to 7 s per
+    # workflow task replaying it, so the singleton answered nothing for minutes. Replaying 2 MB
+    # stays well inside the workflow task timeout.
+    max_history_bytes: int = Field(default=2_000_000, ge=100_000)
     recent_audit_events: int = Field(default=200, ge=0)
     # Requests (and named leases) one decision pass takes from the inbox; the rest waits for the
     # next pass, after the decisions of this one went out in a workflow task of their own. Keeps a
     # pass well under the SDK's 2 s deadlock detector and its commands under the 4 MB gRPC limit:
-    # a burst of 30,000 submitted requests in one pass broke both, and 2,000 renewals by name the first.
-    max_requests_per_pass: int = Field(default=1000, ge=1)
+    # a burst of 30,000 submitted requests in one pass broke both, and 2,000 renewals by name the
+    # first; at 1,000 a pass under a ramp on a CPU-starved worker still tripped the detector.
+    max_requests_per_pass: int = Field(default=500, ge=1)
     carried: "CarriedState | None" = None
 
 

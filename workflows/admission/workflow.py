@@ -565,7 +565,11 @@ class AdmissionWorkflow:
 
     def _should_continue_as_new(self) -> bool:
         info = workflow.info()
-        return info.is_continue_as_new_suggested() or info.get_current_history_length() >= self._input.max_history_events
+        return (
+            info.is_continue_as_new_suggested()
+            or info.get_current_history_length() >= self._input.max_history_events
+            or info.get_current_history_size() >= self._input.max_history_bytes
+        )
 
     def _carry(self) -> AdmissionWorkflowInput:
         carried = carried_state(
