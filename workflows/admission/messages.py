@@ -116,9 +116,12 @@ class DecisionBatch(_Message):
 class AdmissionWorkflowInput(_Message):
     host_group: str
     policy: AdmissionPolicy
-    # Continue-as-new after this many history events even if the server has not
-    # suggested it (lets tests and cautious operators force it early).
-    max_history_events: int = Field(default=10_000, ge=100)
+    # Continue-as-new after this many history events even if the server has not suggested it.
+    # Short runs keep a replay cheap: a worker that loses the singleton from its cache (a failed or
+    # timed-out workflow task evicts it) replays the whole run inside one workflow task (10 s
+    # timeout), and a replay costs about the CPU the run took live. Under a ramp past 20,000 held
+    # leases, tasks of 6 to 7 s and repeated task failures stopped a singleton of 10,000-event runs.
+    max_history_events: int = Field(default=2_000, ge=100)
     # ... or after this many bytes of history. A burst of submits and their decisions writes
     # kilobytes per event: ramping 20,000 held leases to 35,000 grew one run to 8.5 MB before the
     # event count was reached, and a worker that lost it from its cache then spent 6 to 7 s per
