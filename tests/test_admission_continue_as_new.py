@@ -100,50 +100,15 @@ async def test_a_history_heavy_in_bytes_continues_as_new_before_its_event_count_
     threshold, but over `max_history_bytes` (here its minimum, 100 kB). The singleton must hand
     over on size, and hand over everything."""
     policy = AdmissionPolicy(max_concurrent=1000, lease_ttl_seconds=86_400)
-    base = datetime.now(timezone.utc)
     async with admission_harness(dev_client, tmp_path, policy, workflows_extra=[DecisionSinkWorkflow]) as h:
-        sink = await dev_client.start_workflow(DecisionSinkWorkflow.run, id=f"sink-{h.host_group}", task_queue=h.config.task_queue)
-        h.started.append(sink)
-        ids = []
-        for batch in range(5):
-            requests = [
-                AdmissionRequest(
-                    request_id=f"{'x' * 200}-{batch}-{i:03d}", orchestrator_id="heavy", environment="dev", provider="local",
-                    runtime_kind="container", priority=0, submitted_at=base, queue_timeout_seconds=86_400,
-                )
-                for i in range(100)
-            ]
-            ids += [request.request_id for request in requests]
-            await signal_with_start_admission(
-                dev_client, h.config.task_queue, h.host_group, policy, "submit", SubmitBatch(requester=sink.id, requests=requests),
-            )
-            if batch == 0:  # unless told otherwise, a singleton hands over at 2 MB of history
-                described = await h.admission.fetch_history()
-                first = described.events[0].workflow_execution_started_event_attributes.input.payloads[0].data
-                assert b'"max_history_bytes":2000000' in first
-        await h.eventually(lambda: _all_decided(sink, ids), "every request decided", within=60)
+        await _heavy_burst(dev_client, h, policy)
+        first = (await h.admission.fetch_history()).events[0].workflow_execution_started_event_attributes
+        assert b'"max_history_bytes":2000000' in first.input.payloads[0].data  # the default
         runs = [run async for run in dev_client.list_workflows(f"WorkflowId = '{h.admission.id}'")]
         assert len(runs) == 1, "the default limit (2 MB) is far above this test's history"
 
-    # The same burst against a singleton limited to 100 kB of history.
     async with admission_harness(dev_client, tmp_path, policy, workflows_extra=[DecisionSinkWorkflow]) as h:
-        sink = await dev_client.start_workflow(DecisionSinkWorkflow.run, id=f"sink-{h.host_group}", task_queue=h.config.task_queue)
-        h.started.append(sink)
-        ids = []
-        for batch in range(5):
-            requests = [
-                AdmissionRequest(
-                    request_id=f"{'x' * 200}-{batch}-{i:03d}", orchestrator_id="heavy", environment="dev", provider="local",
-                    runtime_kind="container", priority=0, submitted_at=base, queue_timeout_seconds=86_400,
-                )
-                for i in range(100)
-            ]
-            ids += [request.request_id for request in requests]
-            await signal_with_start_admission(
-                dev_client, h.config.task_queue, h.host_group, policy, "submit", SubmitBatch(requester=sink.id, requests=requests),
-                max_history_bytes=100_000,
-            )
-        await h.eventually(lambda: _all_decided(sink, ids), "every request decided", within=60)
+        ids = await _heavy_burst(dev_client, h, policy, max_history_bytes=100_000)
 
         async def handed_over():  # once its outbound work settled
             runs = [run async for run in dev_client.list_workflows(f"WorkflowId = '{h.admission.id}'")]
@@ -154,6 +119,29 @@ async def test_a_history_heavy_in_bytes_continues_as_new_before_its_event_count_
         assert all(len(history.events) < 100 for history in histories), "it must have been the size, not the count"
         leases = await h.admission.query("leases", result_type=list[LeaseRow])
         assert sorted(row.request_id for row in leases) == sorted(ids)
+
+
+async def _heavy_burst(client: Client, h, policy: AdmissionPolicy, **limits: int) -> list[str]:
+    """Five batches of a hundred requests with 200-character ids; returns once every one is admitted."""
+    sink = await client.start_workflow(DecisionSinkWorkflow.run, id=f"sink-{h.host_group}", task_queue=h.config.task_queue)
+    h.started.append(sink)
+    base = datetime.now(timezone.utc)
+    ids = []
+    for batch in range(5):
+        requests = [
+            AdmissionRequest(
+                request_id=f"{'x' * 200}-{batch}-{i:03d}", orchestrator_id="heavy", environment="dev", provider="local",
+                runtime_kind="container", priority=0, submitted_at=base, queue_timeout_seconds=86_400,
+            )
+            for i in range(100)
+        ]
+        ids += [request.request_id for request in requests]
+        await signal_with_start_admission(
+            client, h.config.task_queue, h.host_group, policy, "submit", SubmitBatch(requester=sink.id, requests=requests),
+            **limits,
+        )
+    await h.eventually(lambda: _all_decided(sink, ids), "every request decided", within=60)
+    return ids
 
 
 async def _all_decided(sink, ids: list[str]) -> bool:
