@@ -12,7 +12,9 @@ they renew (docs/scaling.md).
 
 Time enters the engine only through `workflow.now()`, and the loop sleeps on a
 single timer until the engine's next wake-up (earliest lease expiry, queue
-deadline, or aging step that could enable preemption); any signal wakes it early.
+deadline, or aging step that could enable preemption) or the next requester sweep,
+which asks visibility for requesters that closed without giving their leases back;
+any signal wakes it early.
 
 Every command costs history events, and events are what a busy singleton spends
 its time on. So the timer stands across passes and is only
