@@ -16,6 +16,10 @@ Each design runs on a host group (a singleton) of its own, one after the other i
              revision, an audit event and a decision signal back (the design before docs/scaling.md);
   requester: the renewal names no lease ("everything I hold", as of when it was sent), and
              nothing comes back.
+  swept:     requester renewals at a TTL --ttl-factor (10) times longer, with a requester sweep
+             every --ttl seconds giving back what closed holders held (docs/scaling.md).
+At the start of each step --kill holders are terminated (they never give their leases back), and
+"dead max" is how long until every lease they held had ended, from the audit store.
 For each step it prints, from the singleton's histories (every run of its continue-as-new chain)
 over the window: workflow tasks, signals in and out, and history events per second, and
 continue-as-new per minute; renewal lag, from when a renewal was due (the client puts it in the
