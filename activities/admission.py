@@ -56,14 +56,20 @@ class AdmissionActivities:
 # by a later one, so each sweep reads from this long before the previous one began.
 VISIBILITY_LAG = timedelta(seconds=60)
 _CLOSED = "ExecutionStatus != 'Running' AND ExecutionStatus != 'ContinuedAsNew'"
+_IDS_PER_LIST = 100
+
+
+def _quoted(workflow_id: str) -> str:
+    """A workflow id as a visibility query literal."""
+    return "'" + workflow_id.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
 async def find_gone_requesters(client: Client, sweep: RequesterSweep) -> SweepResult:
     """The singleton's requesters whose latest run has closed.
 
-    It reads runs that closed since `closed_since` (the cost follows how many workflows close,
-    not how many leases are held), keeps those that are the singleton's requesters (asked by a
-    query, so the list never enters its history), and confirms each by describing its latest run:
+    It asks the singleton for its requesters (a query, so the list never enters its history),
+    reads which of them have a run that closed since `closed_since`, and confirms each by
+    describing its latest run:
     a workflow continued as new or reset has a running run and keeps its leases."""
     began = datetime.now(timezone.utc)
     next_since = max(sweep.closed_since, began - VISIBILITY_LAG)
@@ -72,11 +78,16 @@ async def find_gone_requesters(client: Client, sweep: RequesterSweep) -> SweepRe
     ))
     if not requesters:
         return SweepResult(gone=[], next_closed_since=next_since)
-    query = f"{_CLOSED} AND CloseTime >= '{sweep.closed_since.astimezone(timezone.utc).isoformat()}'"
+    closed_since = sweep.closed_since.astimezone(timezone.utc).isoformat()
     candidates: set[str] = set()
+    ordered = sorted(requesters)
     try:
-        async for execution in client.list_workflows(query, page_size=1000):
-            if execution.id in requesters:
+        # Named ids, a chunk at a time: the cost follows this host group's requesters, never the
+        # whole namespace's churn (every host group sweeps, and most closed runs are not theirs).
+        for start in range(0, len(ordered), _IDS_PER_LIST):
+            chunk = ", ".join(_quoted(workflow_id) for workflow_id in ordered[start:start + _IDS_PER_LIST])
+            query = f"WorkflowId IN ({chunk}) AND {_CLOSED} AND CloseTime >= '{closed_since}'"
+            async for execution in client.list_workflows(query, page_size=1000):
                 candidates.add(execution.id)
     except RPCError as error:
         if error.status == RPCStatusCode.UNIMPLEMENTED:
