@@ -14,10 +14,12 @@ from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
 
 from temporalio import activity
-from temporalio.client import Client, WithStartWorkflowOperation, WorkflowExecutionStatus
+from temporalio.client import Client, WithStartWorkflowOperation
 from temporalio.common import SearchAttributePair, TypedSearchAttributes, WorkflowIDConflictPolicy
 from temporalio.service import RPCError, RPCStatusCode
 
+from activities.visibility import literal, quotable, runs_of
+from activities.workflow_status import running_workflow_ids
 from workflows.admission.messages import (
     FIND_GONE_REQUESTERS,
     REQUESTERS_QUERY,
@@ -56,57 +58,33 @@ class AdmissionActivities:
 # by a later one, so each sweep reads from this long before the previous one began.
 VISIBILITY_LAG = timedelta(seconds=60)
 _CLOSED = "ExecutionStatus != 'Running' AND ExecutionStatus != 'ContinuedAsNew'"
-_IDS_PER_LIST = 100
-
-
-def _quoted(workflow_id: str) -> str:
-    """A workflow id as a visibility query literal."""
-    return "'" + workflow_id.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
 async def find_gone_requesters(client: Client, sweep: RequesterSweep) -> SweepResult:
     """The singleton's requesters whose latest run has closed.
 
     It asks the singleton for its requesters (a query, so the list never enters its history),
-    reads which of them have a run that closed since `closed_since`, and confirms each by
-    describing its latest run:
-    a workflow continued as new or reset has a running run and keeps its leases."""
+    lists which of them have a run that closed since `closed_since` (named ids, so the cost
+    follows this host group's requesters and never the namespace's churn: every host group
+    sweeps), and confirms each by describing its latest run: a workflow continued as new, reset
+    or started again under its id has a running run and keeps its leases. An id visibility cannot
+    quote is described whatever its runs."""
     began = datetime.now(timezone.utc)
     next_since = max(sweep.closed_since, began - VISIBILITY_LAG)
-    requesters = set(await client.get_workflow_handle(admission_workflow_id(sweep.host_group)).query(
+    requesters = await client.get_workflow_handle(admission_workflow_id(sweep.host_group)).query(
         REQUESTERS_QUERY, result_type=list[str],
-    ))
-    if not requesters:
-        return SweepResult(gone=[], next_closed_since=next_since)
-    closed_since = sweep.closed_since.astimezone(timezone.utc).isoformat()
-    candidates: set[str] = set()
-    ordered = sorted(requesters)
+    )
+    closed_since = literal(sweep.closed_since.astimezone(timezone.utc).isoformat())
+    candidates = {requester for requester in requesters if not quotable(requester)}
     try:
-        # Named ids, a chunk at a time: the cost follows this host group's requesters, never the
-        # whole namespace's churn (every host group sweeps, and most closed runs are not theirs).
-        for start in range(0, len(ordered), _IDS_PER_LIST):
-            chunk = ", ".join(_quoted(workflow_id) for workflow_id in ordered[start:start + _IDS_PER_LIST])
-            query = f"WorkflowId IN ({chunk}) AND {_CLOSED} AND CloseTime >= '{closed_since}'"
-            async for execution in client.list_workflows(query, page_size=1000):
-                candidates.add(execution.id)
+        async for execution in runs_of(client, requesters, f"{_CLOSED} AND CloseTime >= {closed_since}"):
+            candidates.add(execution.id)
     except RPCError as error:
         if error.status == RPCStatusCode.UNIMPLEMENTED:
             return SweepResult(gone=[], next_closed_since=sweep.closed_since, supported=False)
         raise
-    gone = []
-    for workflow_id in sorted(candidates):
-        if activity.in_activity():  # also called directly (tests, scripts)
-            activity.heartbeat(workflow_id)
-        try:
-            description = await client.get_workflow_handle(workflow_id).describe()
-        except RPCError as error:
-            if error.status != RPCStatusCode.NOT_FOUND:
-                raise
-        else:
-            if description.status == WorkflowExecutionStatus.RUNNING:
-                continue
-        gone.append(workflow_id)
-    return SweepResult(gone=gone, next_closed_since=next_since)
+    running = set(await running_workflow_ids(client, sorted(candidates)))
+    return SweepResult(gone=sorted(candidates - running), next_closed_since=next_since)
 
 
 async def signal_with_start_admission(

@@ -18,7 +18,8 @@ from tests.mission_harness import POLICY, mission_harness
 from tests.substrate_fixtures import substrate  # noqa: F401  (fixture)
 from tests.cli_support import Result, conductor, without_profiles
 from worker.mission_control import parse_spec
-from worker.mission_list import list_missions, literal, mission_query
+from activities.visibility import literal
+from worker.mission_list import list_missions, mission_query
 from workflows.admission.messages import QueueRow, admission_workflow_id
 
 

@@ -26,7 +26,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from worker.admission_live import QUEUE_ROWS, LiveAdmission, LiveError
 from worker.inputs import InputError, one_line
-from worker.mission_list import literal
+from activities.visibility import literal
 from worker.tables import human_duration, render_table
 from workflows.admission.messages import LeaseRow, PolicyChange, QueueRow, UsageRow, admission_workflow_id
 from workflows.admission.model import AdmissionPolicy

@@ -20,6 +20,7 @@ from typing import Any, get_args
 from temporalio.client import Client, WorkflowExecution, WorkflowExecutionStatus
 from temporalio.common import SearchAttributeKey
 
+from activities.visibility import literal, quotable, runs_of
 from worker.inputs import InputError, check_argument
 from worker.tables import human_duration, render_table
 from workflows.mission.ledger import ParentState
@@ -51,22 +52,6 @@ _STATUS_NAMES = {
 }
 
 
-# Visibility reads `''` inside a literal as one quote on every store; backslashes and double quotes it
-# reads differently from one store to the next (the dev server's SQLite drops some of them), so a
-# value holding either is never put in the query: the server is asked for the rest, and the rows
-# are matched against the value here, exactly.
-_UNQUOTABLE = ("\\", '"')
-
-
-def quotable(value: str) -> bool:
-    return not any(char in value for char in _UNQUOTABLE)
-
-
-def literal(value: str) -> str:
-    """`value` as a visibility query string literal (only for a `quotable` value)."""
-    if not quotable(value):
-        raise ValueError(f"{value!r} cannot be put in a visibility query literal")
-    return "'" + value.replace("'", "''") + "'"
 
 
 @dataclass(frozen=True)
@@ -186,14 +171,11 @@ async def list_missions(client: Client, query: MissionQuery, limit: int) -> list
     # Continued as new: the current run started at its last continue; the earliest run's start is the
     # mission's (visibility keeps the runs that continued, closed as ContinuedAsNew).
     started: dict[str, datetime] = {}
-    ids = [workflow_id for workflow_id in sorted(latest) if quotable(workflow_id)]
-    for chunk in (ids[i:i + 100] for i in range(0, len(ids), 100)):
-        async for earlier in client.list_workflows(
-            f"WorkflowType = {literal(MISSION_WORKFLOW)} AND ExecutionStatus = 'ContinuedAsNew' "
-            f"AND WorkflowId IN ({', '.join(literal(workflow_id) for workflow_id in chunk)})"
-        ):
-            if earlier.id not in started or earlier.start_time < started[earlier.id]:
-                started[earlier.id] = earlier.start_time
+    async for earlier in runs_of(
+        client, latest, f"WorkflowType = {literal(MISSION_WORKFLOW)} AND ExecutionStatus = 'ContinuedAsNew'",
+    ):
+        if earlier.id not in started or earlier.start_time < started[earlier.id]:
+            started[earlier.id] = earlier.start_time
     rows = [_row(execution, started.get(execution.id, execution.start_time), execution.id in started)
             for execution in latest.values()]
     rows.sort(key=lambda row: row.started, reverse=True)

@@ -32,7 +32,8 @@ from temporalio.worker import Replayer
 from temporalio.workflow import NondeterminismError
 
 from worker.inputs import InputError
-from worker.mission_list import literal, started_since
+from activities.visibility import literal
+from worker.mission_list import started_since
 
 PRODUCT_TYPES = ("MissionWorkflow", "WorkloadWorkflow", "AdmissionWorkflow", "AdmissionProbeWorkflow")
 DEFAULT_QUERY = "WorkflowType IN (" + ",".join(literal(name) for name in PRODUCT_TYPES) + ")"
