@@ -59,7 +59,7 @@ def unpack_json(blob: str) -> object:
 # from a value the decoder already has, so times that move together cost next to nothing.
 _VALUE_COLUMNS = (
     "environment", "provider", "runtime_kind", "priority", "queue_timeout_seconds", "preemptible", "lane",
-    "priority_class", "gang_size", "state", "revision", "reason", "lease_revision", "requeue_attempts", "tail",
+    "priority_class", "gang_size", "state", "revision", "reason", "lease_revision", "requeue_attempts",
 )
 _ID_COLUMNS = ("requester", "orchestrator_id", "gang_id", "preempted_by")
 _RECORD_VALUES = ("state", "revision", "reason", "lease_revision", "requeue_attempts", "preempted_by")
@@ -210,8 +210,6 @@ def encode(state: EngineState, requesters: Mapping[str, str] | None = None, *, f
         "finished_us": _ints([rec.finished_us for rec in recs]),
     }
     for name in _VALUE_COLUMNS:
-        if name == "tail":
-            continue
         columns[name] = _values([getattr(rec, name) if name in _RECORD_VALUES else getattr(rec.request, name) for rec in recs])
     document = {
         "format": FORMAT,
@@ -270,12 +268,12 @@ def _decode_columns(state: EngineState, document: dict, requesters: dict[str, st
     stems = [stem_table[number] for number in _unints(columns["stem"], count)]
     tails = _unvalues(columns["tail"], count)
     ids = {name: _unvalues(columns[name], count, stems) for name in _ID_COLUMNS}
-    values = {name: _unvalues(columns[name], count) for name in _VALUE_COLUMNS if name != "tail"}
+    values = {name: _unvalues(columns[name], count) for name in _VALUE_COLUMNS}
     times = {name: _unints(columns[name], count) for name in (
         "submitted_us", "queue_deadline_us", "admitted_us", "lease_expires_us", "finished_us",
     )}
     ttl_us = _ttl_us(state.policy)
-    request_names = [name for name in _VALUE_COLUMNS if name != "tail" and name not in _RECORD_VALUES]
+    request_names = [name for name in _VALUE_COLUMNS if name not in _RECORD_VALUES]
     for position in range(count):
         request_id = stems[position] + tails[position]
         fields = {name: values[name][position] for name in request_names}

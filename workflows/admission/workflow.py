@@ -205,11 +205,7 @@ class AdmissionWorkflow:
         "The requester workflows that hold or wait for a lease here: what the requester sweep checks against visibility."
     ))
     def requesters(self) -> list[str]:
-        records = self._state.records
-        return sorted({
-            who for request_id, who in self._requesters.items()
-            if (rec := records.get(request_id)) is not None and rec.state in ("queued", "admitted")
-        })
+        return sorted(who for who in self._by_requester if self._live_requests_of(who))
 
     @workflow.query(description="Leases held against each limit of the policy (global, environment, provider, lane, runtime).")
     def usage(self) -> list[UsageRow]:
@@ -460,17 +456,20 @@ class AdmissionWorkflow:
         if renewals:
             apply(Extend.model_construct(renewals=renewals), None, None)
 
+    def _live_requests_of(self, requester: str) -> list[str]:
+        """The requester's requests that hold a lease or wait for one."""
+        records = self._state.records
+        return sorted(
+            request_id for request_id in self._by_requester.get(requester, ())
+            if (rec := records.get(request_id)) is not None and rec.state in ("queued", "admitted")
+        )
+
     def _abandon(self, requester: str, apply, why: str) -> None:
         """A requester that no longer exists gives back everything it holds or waits for."""
-        live = [
-            request_id for request_id, holder in self._requesters.items()
-            if holder == requester
-            and (rec := self._state.records.get(request_id)) is not None
-            and rec.state in ("queued", "admitted")
-        ]
+        live = self._live_requests_of(requester)
         if live:
-            workflow.logger.warning("requester %s is gone; releasing %s", requester, ", ".join(sorted(live)))
-        for request_id in sorted(live):
+            workflow.logger.warning("requester %s is gone; releasing %s", requester, ", ".join(live))
+        for request_id in live:
             rec = self._state.records[request_id]
             apply(Release(request_id=request_id, reason=why) if rec.state == "admitted" else Cancel(request_id=request_id, reason=why), None, None)
 
