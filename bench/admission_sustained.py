@@ -82,6 +82,10 @@ class HolderResult(_Message):
     lost: list[float]  # workflow time (epoch seconds) at which each lost lease was found lost
 
 
+def holder_request_id(holder_id: str, index: int) -> str:
+    return f"{holder_id}/w{index}"
+
+
 @workflow.defn(name="BenchLeaseHolderWorkflow")
 class LeaseHolderWorkflow:
     """A mission's admission life without the children: one batch, held and renewed until told to stop."""
@@ -100,7 +104,7 @@ class LeaseHolderWorkflow:
         now = workflow.now()
         requests = [
             AdmissionRequest(
-                request_id=f"{me}/w{i}", orchestrator_id=me, environment=ENVIRONMENT, provider="local",
+                request_id=holder_request_id(me, i), orchestrator_id=me, environment=ENVIRONMENT, provider="local",
                 runtime_kind="container", priority=0, submitted_at=now, queue_timeout_seconds=3600,
             )
             for i in range(input.requests)
@@ -499,18 +503,18 @@ class _Design:
             self.killed.add(holder.id)
             step.killed.append((holder.id, time.time()))
 
-    def _recoveries(self, steps: list[Step], data_dir: str) -> None:
+    def _recoveries(self, steps: list[Step]) -> None:
         """From the audit store: when every lease of each killed holder had ended for good."""
         from activities.audit_store import AuditStore
 
         ended: dict[str, float] = {}
         ending = {"released", "cancelled", "timed-out"}
-        for event in AuditStore(os.path.join(data_dir, "audit.sqlite")).events(self.host_group):
+        for event in AuditStore(os.path.join(self.data_dir, "audit.sqlite")).events(self.host_group):
             if event.request_id and event.type in ending:
                 ended[event.request_id] = event.at.timestamp()
         for step in steps:
             for holder_id, when in step.killed:
-                finished = [ended.get(f"{holder_id}/w{i}") for i in range(self.args.batch)]
+                finished = [ended.get(holder_request_id(holder_id, i)) for i in range(self.args.batch)]
                 if all(moment is not None for moment in finished):
                     step.recoveries.append(max(finished) - when)
                 else:  # still held at the end of the run: as long as we know of
@@ -532,7 +536,7 @@ class _Design:
                 owner.lost += 1
         await _read_histories(self.client, singleton_id, steps, self.cache)
         await asyncio.sleep(2)  # the last audit export
-        self._recoveries(steps, self.data_dir)
+        self._recoveries(steps)
         try:
             await self.client.get_workflow_handle(singleton_id).terminate(reason="bench finished")
         except RPCError as error:  # it may have ended on its own (the server fails a run it cannot persist)
