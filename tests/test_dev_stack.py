@@ -377,9 +377,11 @@ def test_conductor_worker_says_how_to_reach_temporal_when_it_cannot(
 
     monkeypatch.setenv("TEMPORAL_ADDRESS", f"127.0.0.1:{free_port('127.0.0.1')}")
     monkeypatch.setenv("TEMPORAL_CONFIG_FILE", str(tmp_path / "absent.toml"))
+    monkeypatch.setenv("CONDUCTOR_RECONNECT_SECONDS", "1")  # it waits this long for a server still starting
     assert run(["worker", "--data-dir", str(tmp_path)]) == 1
     err = capsys.readouterr().err
-    assert "cannot reach Temporal at 127.0.0.1:" in err and "conductor dev" in err
+    assert "trying again for up to 1 s" in err
+    assert err.splitlines()[-1].startswith("conductor worker: cannot reach Temporal at 127.0.0.1:") and "conductor dev" in err
 
 
 # --- the demo -------------------------------------------------------------------------------------

@@ -24,6 +24,7 @@ from temporalio.client import (
     WorkflowUpdateHandle,
 )
 from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.api.workflowservice.v1 import GetSystemInfoRequest
 from temporalio.service import RPCError, RPCStatusCode
 
 from tests.cli_support import without_profiles
@@ -36,6 +37,7 @@ from worker.connection import (
     Reconnect,
     ReconnectSettingError,
     TemporalUnreachable,
+    connect_patiently,
     reconnect_seconds,
     server_busy,
     transport_failure,
@@ -323,3 +325,44 @@ async def test_a_bad_bound_is_one_line_and_exit_2(dev_client: Client, tmp_path, 
 async def _awaiting(control: MissionControl, mission_id: str) -> bool:
     ledger: MissionLedger = await control.show(mission_id)
     return ledger.parent_state == "awaiting-review"
+
+
+# --- the worker's first connection ------------------------------------------------------------------
+
+
+async def test_a_worker_started_before_its_server_connects_once_the_server_is_up(tmp_path, monkeypatch):
+    """A worker started next to a server that is still starting (or behind a proxy that resets a
+    connection as it is made, bench/chaos.py's fault-proxy) waits for it instead of exiting."""
+    without_profiles(monkeypatch, tmp_path)
+    server = RestartableServer(tmp_path / "temporal")
+    monkeypatch.setenv("TEMPORAL_ADDRESS", server.address)
+    said: list[str] = []
+    connecting = asyncio.ensure_future(connect_patiently(seconds=60, announce=said.append))
+    try:
+        await asyncio.sleep(1.5)
+        assert not connecting.done(), "connected to a server that is not there"
+        await server.start()
+        client = await asyncio.wait_for(connecting, 30)
+        assert (await client.workflow_service.get_system_info(GetSystemInfoRequest())).server_version
+    finally:
+        connecting.cancel()
+        server.stop()
+    assert len(said) == 1 and f"cannot reach Temporal at {server.address}" in said[0] and "up to 60 s" in said[0]
+
+
+async def test_a_worker_gives_up_on_an_absent_server_at_the_bound_and_at_once_on_a_bad_setting(tmp_path, monkeypatch):
+    without_profiles(monkeypatch, tmp_path)
+    monkeypatch.setenv("TEMPORAL_ADDRESS", f"{HOST}:{free_port(HOST)}")
+    said: list[str] = []
+    loop = asyncio.get_running_loop()
+    began = loop.time()
+    with pytest.raises(ConnectionError, match="cannot reach Temporal"):
+        await connect_patiently(seconds=2, announce=said.append)
+    assert loop.time() - began >= 1.0 and len(said) == 1  # it did wait, within its bound
+    monkeypatch.setenv("TEMPORAL_CONFIG_FILE", str(tmp_path / "not-toml.toml"))
+    (tmp_path / "not-toml.toml").write_text("[profile.default\n")
+    monkeypatch.setenv("TEMPORAL_PROFILE", "default")
+    said.clear()
+    with pytest.raises(ConnectionError, match="cannot load the Temporal environment configuration"):
+        await connect_patiently(seconds=60, announce=said.append)
+    assert said == []  # a setting that is wrong is not waited on

@@ -149,6 +149,35 @@ async def connect(profile: str | None = None, **overrides: Any) -> Client:
         ) from None
 
 
+async def connect_patiently(
+    profile: str | None = None, seconds: float | str | None = None, *,
+    announce: Callable[[str], None] | None = None, **overrides: Any,
+) -> Client:
+    """`connect`, tried again with backoff while the server is out of reach, for up to `seconds`.
+
+    For a long-running process (the worker) started next to its server: a server still starting,
+    or a connection reset while it is made, is a wait, not a reason to exit. A bad setting, or a
+    server that stays out of reach past the reconnect bound, is still the one-line `ConnectionError`.
+    """
+    bound = reconnect_seconds(seconds)
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    delay = BACKOFF_FIRST
+    announced = False
+    while True:
+        try:
+            return await connect(profile, **overrides)
+        except ConnectionError as error:
+            waited = loop.time() - started
+            if not any(word in str(error).lower() for word in _TRANSPORT_WORDS) or waited + delay > bound:
+                raise
+            if not announced:
+                announced = True
+                (announce or _to_stderr)(f"conductor: {error}; trying again for up to {bound:g} s ...")
+        await asyncio.sleep(delay)
+        delay = min(delay * 2, BACKOFF_CAP)
+
+
 # --- riding out a lost server: a Temporal restart or a network break --------------------------
 
 RECONNECT_ENV = "CONDUCTOR_RECONNECT_SECONDS"

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from activities.credentials import MissingCredential, executor_token, fleet_token
 from worker.config import BUILD_ID_ENV, DEPLOYMENT_NAME_ENV, WorkerConfig
-from worker.connection import ConnectionSettingError, connect, connect_options
+from worker.connection import ConnectionSettingError, connect_options, connect_patiently
 from worker.metrics import MetricsSettingError, metrics_address, metrics_runtime
 from worker.signals import stop_requested
 from worker.worker import build_worker
@@ -82,7 +82,7 @@ async def _serve(config: WorkerConfig, profile: str | None, metrics: str | None 
             return 2
         try:
             options = connect_options(profile)
-            client = await connect(profile, **runtime)
+            client = await connect_patiently(profile, **runtime)
         except (ConnectionError, ConnectionSettingError) as error:
             print(f"conductor worker: {error}", file=sys.stderr)
             return 1
