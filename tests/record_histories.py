@@ -219,7 +219,8 @@ async def admission_burst(client: Client) -> None:
             runtime_kind="container", priority=index % 3, submitted_at=datetime.now(timezone.utc), queue_timeout_seconds=600,
         )
         await signal_with_start_admission(client, TASK_QUEUE, "burst", POLICY, "submit",
-                                          SubmitBatch(requester=sink.id, requests=[request]), max_history_events=100)
+                                          SubmitBatch(requester=sink.id, requests=[request]), max_history_events=100,
+                                          restore_records_per_task=20)
     await asyncio.sleep(3)
     await save_chain(client, admission_workflow_id("burst"), "admission-burst")
     await sink.signal("done")

@@ -97,6 +97,26 @@ def test_format_3_carries_every_record_field_and_the_requester_map(data: st.Data
     requesters = {rid: who for rid, shape in shapes.items() if (who := requester_of(shape, rid)) is not None}
     requesters["gone-request"] = "a requester of a record the state no longer has"  # never carried
     assert_carried(state, requesters)
+    assert_restored_in_slices(state, requesters, data.draw(st.integers(min_value=1, max_value=8), label="slice"))
+
+
+def assert_restored_in_slices(state: engine.EngineState, requesters: dict[str, str], slice: int) -> None:
+    """A continued run decodes `slice` records per workflow task: it ends where a whole decode does."""
+    blob = codec.encode(state, requesters)
+    whole, whole_requesters = codec.decode_carried(blob)
+    restore = codec.Restore(blob)
+    tasks = 0
+    while True:
+        tasks += 1
+        done = restore.step(slice)
+        assert restore.position == min(tasks * slice, len(state.records)) and done == (restore.position == len(state.records))
+        if done:
+            break
+    assert tasks == max(1, -(-len(state.records) // slice))
+    assert list(restore.state.records) == list(whole.records)
+    assert [fields(rec) for rec in restore.state.records.values()] == [fields(rec) for rec in whole.records.values()]
+    assert restore.requesters == whole_requesters and indexes(restore.state) == indexes(whole)
+    assert restore.step(slice) and restore.position == len(state.records)  # done stays done
 
 
 # Ids that are not made from each other in any usual way: separators, repeats, non-ASCII.

@@ -6,14 +6,14 @@ import random
 from collections import Counter
 from datetime import datetime, timedelta, timezone
 
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowQueryFailedError
 
 from activities.admission import signal_with_start_admission
 from activities.audit_store import AuditStore
 from tests.admission_harness import admission_harness
 from tests.decision_sink import DecisionSinkWorkflow
 from workflows.admission import engine
-from workflows.admission.messages import AdmissionDecision, CancelBatch, LeaseRow, QueueRow, SubmitBatch
+from workflows.admission.messages import RESTORING, AdmissionDecision, CancelBatch, LeaseRow, QueueRow, SubmitBatch
 from workflows.admission.model import AdmissionPolicy, AdmissionRequest, Cancel, Submit
 
 
@@ -45,6 +45,7 @@ async def test_burst_across_several_continue_as_new_rounds_loses_and_repeats_not
             await signal_with_start_admission(
                 dev_client, h.config.task_queue, h.host_group, policy, "submit",
                 SubmitBatch(requester=sink.id, requests=[request]), max_history_events=400,
+                restore_records_per_task=RESTORE_SLICE,
             )
             operations.append(Submit(request=request))
             if index % 17 == 16:  # cancel an earlier one mid-burst
@@ -66,6 +67,10 @@ async def test_burst_across_several_continue_as_new_rounds_loses_and_repeats_not
         async for execution in dev_client.list_workflows(f"WorkflowId = '{h.admission.id}'"):
             runs += 1
         assert runs >= 3, f"expected several continue-as-new rounds, saw {runs} runs"
+        # Each continued run decoded what it carried a slice per workflow task, before any pass.
+        restores = [await _restore_breaks(dev_client, h.admission.id, execution.run_id)
+                    async for execution in dev_client.list_workflows(f"WorkflowId = '{h.admission.id}'")]
+        assert sorted(restores)[-1] >= 3, f"no run restored its carried records in slices of {RESTORE_SLICE}: {restores}"
 
         # The same operations through the engine offline give the same leases and queue.
         state = engine.new_state(policy)
@@ -73,8 +78,8 @@ async def test_burst_across_several_continue_as_new_rounds_loses_and_repeats_not
             state, _, _ = engine.apply(state, operation, base + timedelta(hours=1))
         expected_leases = sorted(state.admitted)
         expected_queue = [rec.request_id for rec in engine.queued_in_order(state)]
-        leases = await h.admission.query("leases", result_type=list[LeaseRow])
-        queue = await h.admission.query("queue", result_type=list[QueueRow])
+        leases = await h.eventually(lambda: _answered(h, "leases", list[LeaseRow]), "the leases query, once restored")
+        queue = await _answered(h, "queue", list[QueueRow])
         assert sorted(row.request_id for row in leases) == expected_leases
         assert [row.request_id for row in queue] == expected_queue
         assert {rid for rid, d in decisions.items() if d.state == "admitted"} == set(expected_leases)
@@ -86,6 +91,30 @@ async def test_burst_across_several_continue_as_new_rounds_loses_and_repeats_not
         assert set(queued.values()) == {1} and len(queued) == len(requests)
         assert set(admitted.values()) <= {1}
         assert [e.seq for e in events] == list(range(1, len(events) + 1))
+
+
+async def _answered(h, query: str, result_type):
+    """The query's answer, or None while a continued run still restores (it says so)."""
+    try:
+        return await h.admission.query(query, result_type=result_type)
+    except WorkflowQueryFailedError as error:
+        assert RESTORING in str(error), error
+        return None
+
+
+RESTORE_SLICE = 7  # records per workflow task, so a continued run restores in several
+
+
+async def _restore_breaks(client: Client, workflow_id: str, run_id: str) -> int:
+    """The local activities a run ran between slices of its restore, all before it decided anything."""
+    history = await client.get_workflow_handle(workflow_id, run_id=run_id).fetch_history()
+    breaks, decided = 0, False
+    for event in history.events:
+        decided = decided or event.HasField("signal_external_workflow_execution_initiated_event_attributes")
+        if event.HasField("marker_recorded_event_attributes") and b"between_restore_slices" in event.SerializeToString():
+            assert not decided, "a restore slice after the run had begun to decide"
+            breaks += 1
+    return breaks
 
 
 async def _full_audit(h, expected_requests: int):

@@ -29,13 +29,14 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from activities.admission import set_policy_with_start
 from worker.connection import CLI_RETRY_CONFIG, Reconnect, TemporalUnreachable, connect
-from workflows.admission.messages import PolicyChange, admission_workflow_id
+from workflows.admission.messages import RESTORING, PolicyChange, admission_workflow_id
 from workflows.admission.model import AdmissionPolicy
 
 T = TypeVar("T")
 
 # A query needs a worker to answer it; without one the server holds the call open, so bound it.
 QUERY_TIMEOUT = timedelta(seconds=15)
+RESTORE_POLL_SECONDS = 0.2
 RPC_TIMEOUT = timedelta(seconds=30)  # calls only the server answers (describe)
 QUEUE_ROWS = 1000  # the admission workflow's own default for the queue query
 
@@ -91,11 +92,7 @@ class LiveAdmission:
     async def query(self, name: str, *args: object, result_type: type[T], timeout: timedelta | None = None) -> T:
         try:
             return await self._call(
-                lambda: self.handle.query(
-                    name, args=list(args), result_type=result_type,
-                    # A stopped workflow still answers from its last state; saying so beats showing stale leases.
-                    reject_condition=QueryRejectCondition.NOT_OPEN, rpc_timeout=timeout or QUERY_TIMEOUT,
-                ),
+                lambda: self._query_once_restored(name, list(args), result_type, timeout or QUERY_TIMEOUT),
                 f"querying {name} for host group {self.host_group}",
             )
         except WorkflowQueryRejectedError as error:
@@ -108,6 +105,22 @@ class LiveAdmission:
             raise LiveError(f"the admission workflow for host group {self.host_group} could not answer {name}: {error}") from None
         except RPCError as error:
             raise self._explain(error, f"the {name} query", needs_worker=timeout or QUERY_TIMEOUT) from None
+
+    async def _query_once_restored(self, name: str, args: list[object], result_type: type[T], timeout: timedelta) -> T:
+        """The query, asked again while a continued run restores its carried state (about a
+        second per hundred thousand leases), for up to `timeout`."""
+        deadline = asyncio.get_running_loop().time() + timeout.total_seconds()
+        while True:
+            try:
+                return await self.handle.query(
+                    name, args=args, result_type=result_type,
+                    # A stopped workflow still answers from its last state; saying so beats showing stale leases.
+                    reject_condition=QueryRejectCondition.NOT_OPEN, rpc_timeout=timeout,
+                )
+            except WorkflowQueryFailedError as error:
+                if RESTORING not in str(error) or asyncio.get_running_loop().time() >= deadline:
+                    raise
+            await asyncio.sleep(RESTORE_POLL_SECONDS)
 
     async def is_running(self) -> bool:
         try:

@@ -9,7 +9,7 @@ from temporalio.common import VersioningBehavior, WorkerDeploymentVersion
 from temporalio.worker import Worker, WorkerDeploymentConfig
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
-from activities.admission import AdmissionActivities
+from activities.admission import AdmissionActivities, between_restore_slices
 from activities.audit_store import AuditActivities
 from activities.fleet import FleetActivities
 from activities.ledger_store import LedgerActivities
@@ -112,6 +112,7 @@ def build_worker(
         activities=[
             admission.submit_admission_batch,
             admission.find_gone_requesters,
+            between_restore_slices,
             audit.export_audit_events,
             ledger.write_ledger_snapshot,
             WorkflowStatusActivities(client).running_workflows,

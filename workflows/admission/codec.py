@@ -245,56 +245,101 @@ def decode(blob: str) -> EngineState:
 
 def decode_carried(blob: str) -> tuple[EngineState, dict[str, str]]:
     """The state and the requester map it carries (empty for formats 1 and 2, which carry it beside)."""
-    document = unpack_json(blob)
-    if not isinstance(document, dict) or document.get("format") not in _READABLE:
-        found = document.get("format") if isinstance(document, dict) else None
-        raise ValueError(f"unknown admission state format {found!r}; expected one of {_READABLE}")
-    state = new_state(AdmissionPolicy.model_validate(document["policy"]))
-    state.now_us = document["now_us"]
-    state.revision = document["revision"]
-    requesters: dict[str, str] = {}
-    if document["format"] == 3:
-        _decode_columns(state, document, requesters)
-    else:
-        _decode_rows(state, document)
-    rebuild_indexes(state)
-    return state, requesters
+    restore = Restore(blob)
+    restore.step(restore.remaining)
+    return restore.state, restore.requesters
 
 
-def _decode_columns(state: EngineState, document: dict, requesters: dict[str, str]) -> None:
-    count = document["count"]
-    columns = document["columns"]
-    stem_table = document["stems"]
-    stems = [stem_table[number] for number in _unints(columns["stem"], count)]
-    tails = _unvalues(columns["tail"], count)
-    ids = {name: _unvalues(columns[name], count, stems) for name in _ID_COLUMNS}
-    values = {name: _unvalues(columns[name], count) for name in _VALUE_COLUMNS}
-    times = {name: _unints(columns[name], count) for name in (
-        "submitted_us", "queue_deadline_us", "admitted_us", "lease_expires_us", "finished_us",
-    )}
-    ttl_us = _ttl_us(state.policy)
-    request_names = [name for name in _VALUE_COLUMNS if name not in _RECORD_VALUES]
-    for position in range(count):
-        request_id = stems[position] + tails[position]
-        fields = {name: values[name][position] for name in request_names}
-        request = AdmissionRequest.model_construct(
-            request_id=request_id, orchestrator_id=ids["orchestrator_id"][position], gang_id=ids["gang_id"][position],
-            submitted_at=from_micros(times["submitted_us"][position]), **fields,
-        )
-        rec = Rec(request)
-        for name in _RECORD_VALUES:
-            setattr(rec, name, ids[name][position] if name in ids else values[name][position])
-        deadline = times["queue_deadline_us"][position]
-        rec.queue_deadline_us = None if deadline is None else deadline + rec.submitted_us + rec.timeout_us
-        admitted = times["admitted_us"][position]
-        rec.admitted_us = None if admitted is None else admitted + rec.submitted_us
-        expires = times["lease_expires_us"][position]
-        rec.lease_expires_us = expires if expires is None or rec.admitted_us is None else expires + rec.admitted_us + ttl_us
-        rec.finished_us = times["finished_us"][position]
-        state.records[request_id] = rec
-        holder = ids["requester"][position]
-        if holder is not None:
-            requesters[request_id] = holder
+class Restore:
+    """A carried state decoded a slice of records at a time.
+
+    Decoding costs about 15 us a record, so 50,000 held leases take most of a second on a quiet
+    core, and a workflow activation that runs past the Python SDK's 2 s deadlock detector fails,
+    as does every retry of it: on a busy worker a singleton that carried that much never started
+    again (bench/admission_sustained.py, docs/scaling.md). So a continued run decodes the records
+    `step` by `step`, each in a workflow task of its own. The columns are unpacked once, up
+    front; `state` and `requesters` fill as the steps go, and the indexes are rebuilt after the
+    last one, so the state is usable only once `done`. Formats 1 and 2 decode whole.
+    """
+
+    def __init__(self, blob: str) -> None:
+        document = unpack_json(blob)
+        if not isinstance(document, dict) or document.get("format") not in _READABLE:
+            found = document.get("format") if isinstance(document, dict) else None
+            raise ValueError(f"unknown admission state format {found!r}; expected one of {_READABLE}")
+        self.state = new_state(AdmissionPolicy.model_validate(document["policy"]))
+        self.state.now_us = document["now_us"]
+        self.state.revision = document["revision"]
+        self.requesters: dict[str, str] = {}
+        self.done = False
+        if document["format"] == 3:
+            self._columns: _Columns | None = _Columns(document, self.state.policy)
+            self.count = document["count"]
+        else:
+            _decode_rows(self.state, document)
+            self._columns = None
+            self.count = len(self.state.records)
+        self.position = 0 if self._columns is not None else self.count
+
+    @property
+    def remaining(self) -> int:
+        return self.count - self.position
+
+    def step(self, records: int) -> bool:
+        """Decode up to `records` more records; True once the state is whole (indexes rebuilt)."""
+        if self.done:
+            return True
+        stop = min(self.count, self.position + max(1, records))
+        if self._columns is not None:
+            self._columns.decode(self.state, self.requesters, self.position, stop)
+        self.position = stop
+        if self.position >= self.count:
+            rebuild_indexes(self.state)
+            self._columns = None
+            self.done = True
+        return self.done
+
+
+class _Columns:
+    """Format 3's columns, unpacked into one list per field."""
+
+    def __init__(self, document: dict, policy: AdmissionPolicy) -> None:
+        count = document["count"]
+        columns = document["columns"]
+        stem_table = document["stems"]
+        self.stems = [stem_table[number] for number in _unints(columns["stem"], count)]
+        self.tails = _unvalues(columns["tail"], count)
+        self.ids = {name: _unvalues(columns[name], count, self.stems) for name in _ID_COLUMNS}
+        self.values = {name: _unvalues(columns[name], count) for name in _VALUE_COLUMNS}
+        self.times = {name: _unints(columns[name], count) for name in (
+            "submitted_us", "queue_deadline_us", "admitted_us", "lease_expires_us", "finished_us",
+        )}
+        self.ttl_us = _ttl_us(policy)
+
+    def decode(self, state: EngineState, requesters: dict[str, str], start: int, stop: int) -> None:
+        stems, tails, ids, values, times, ttl_us = self.stems, self.tails, self.ids, self.values, self.times, self.ttl_us
+        request_names = [name for name in _VALUE_COLUMNS if name not in _RECORD_VALUES]
+        for position in range(start, stop):
+            request_id = stems[position] + tails[position]
+            fields = {name: values[name][position] for name in request_names}
+            request = AdmissionRequest.model_construct(
+                request_id=request_id, orchestrator_id=ids["orchestrator_id"][position], gang_id=ids["gang_id"][position],
+                submitted_at=from_micros(times["submitted_us"][position]), **fields,
+            )
+            rec = Rec(request)
+            for name in _RECORD_VALUES:
+                setattr(rec, name, ids[name][position] if name in ids else values[name][position])
+            deadline = times["queue_deadline_us"][position]
+            rec.queue_deadline_us = None if deadline is None else deadline + rec.submitted_us + rec.timeout_us
+            admitted = times["admitted_us"][position]
+            rec.admitted_us = None if admitted is None else admitted + rec.submitted_us
+            expires = times["lease_expires_us"][position]
+            rec.lease_expires_us = expires if expires is None or rec.admitted_us is None else expires + rec.admitted_us + ttl_us
+            rec.finished_us = times["finished_us"][position]
+            state.records[request_id] = rec
+            holder = ids["requester"][position]
+            if holder is not None:
+                requesters[request_id] = holder
 
 
 def _decode_rows(state: EngineState, document: dict) -> None:

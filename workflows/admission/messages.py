@@ -20,7 +20,10 @@ from workflows.ids import admission_workflow_id  # noqa: F401 (defined once ther
 ADMISSION_TASK_QUEUE = "mission-conductor"
 DECISION_SIGNAL = "admission_decided"
 REQUESTERS_QUERY = "requesters"
+# What a query answers while a continued run still decodes its carried state (a second or two).
+RESTORING = "admission state is still being restored after continue-as-new"
 FIND_GONE_REQUESTERS = "find_gone_requesters"
+BETWEEN_RESTORE_SLICES = "between_restore_slices"  # a local activity that does nothing (workflow.py)
 
 
 class _Message(BaseModel):
@@ -135,6 +138,9 @@ class AdmissionWorkflowInput(_Message):
     # a burst of 30,000 submitted requests in one pass broke both, and 2,000 renewals by name the
     # first; at 1,000 a pass under a ramp on a CPU-starved worker still tripped the detector.
     max_requests_per_pass: int = Field(default=500, ge=1)
+    # Carried records a continued run decodes per workflow task (codec.Restore): 50,000 decoded in
+    # the first activation of a run outlasted the deadlock detector on a busy worker, every retry too.
+    restore_records_per_task: int = Field(default=10_000, ge=1)
     carried: "CarriedState | None" = None
 
 

@@ -36,9 +36,11 @@ from temporalio.exceptions import ActivityError
 with workflow.unsafe.imports_passed_through():
     from workflows.admission import codec, engine
     from workflows.admission.messages import (
+        BETWEEN_RESTORE_SLICES,
         DECISION_SIGNAL,
         FIND_GONE_REQUESTERS,
         REQUESTERS_QUERY,
+        RESTORING,
         AdmissionDecision,
         AdmissionWorkflowInput,
         CancelBatch,
@@ -83,6 +85,7 @@ class AdmissionWorkflow:
     def __init__(self, input: AdmissionWorkflowInput) -> None:
         self._input = input
         carried = input.carried
+        self._restore: codec.Restore | None = None
         if carried is None:
             self._state = engine.new_state(input.policy)
             self._requesters: dict[str, str] = {}
@@ -91,7 +94,11 @@ class AdmissionWorkflow:
             self._audit_chain = workflow.info().run_id
         else:
             # Format 3 carries the requester map inside the engine blob; older runs carried it beside.
-            self._state, self._requesters = codec.decode_carried(carried.engine)
+            # The records are decoded a slice per workflow task (`_finish_restore`); until then
+            # the state is incomplete, and the queries that read it say so.
+            self._restore = codec.Restore(carried.engine)
+            self._restore.step(input.restore_records_per_task)
+            self._state, self._requesters = self._restore.state, self._restore.requesters
             self._requesters.update(carried.requesters)
             if carried.requesters_packed is not None:
                 self._requesters.update(codec.unpack_json(carried.requesters_packed))  # type: ignore[arg-type]
@@ -104,8 +111,8 @@ class AdmissionWorkflow:
             self._audit_chain = carried.audit_chain
         # requester -> its request ids, for renewals that name none (rebuilt, never carried)
         self._by_requester: dict[str, set[str]] = defaultdict(set)
-        for request_id, requester in self._requesters.items():
-            self._by_requester[requester].add(request_id)
+        if self._restored():
+            self._index_requesters()
         self._pending: set[asyncio.Task[None]] = set()
         self._timer: asyncio.Task[None] | None = None
         self._timer_at: datetime | None = None
@@ -167,6 +174,7 @@ class AdmissionWorkflow:
 
     @workflow.query(description="The admission queue in decision order: position, effective priority, binding limit, wait.")
     def queue(self, limit: int = 1000) -> list[QueueRow]:
+        self._require_restored()
         state = self._state
         rows = []
         for entry in engine.queue_view(state)[:limit]:
@@ -184,6 +192,7 @@ class AdmissionWorkflow:
 
     @workflow.query(description="Every held lease: holder, placement, revision and expiry.")
     def leases(self) -> list[LeaseRow]:
+        self._require_restored()
         rows = []
         for rec in sorted(self._state.admitted.values(), key=lambda rec: (rec.lease_expires_us, rec.request_id)):
             model = rec.to_model()
@@ -205,10 +214,12 @@ class AdmissionWorkflow:
         "The requester workflows that hold or wait for a lease here: what the requester sweep checks against visibility."
     ))
     def requesters(self) -> list[str]:
+        self._require_restored()
         return sorted(who for who in self._by_requester if self._live_requests_of(who))
 
     @workflow.query(description="Leases held against each limit of the policy (global, environment, provider, lane, runtime).")
     def usage(self) -> list[UsageRow]:
+        self._require_restored()
         return [UsageRow(limit=label, used=used, maximum=maximum) for label, used, maximum in engine.usage_view(self._state)]
 
     @workflow.query(description="The most recent audit events (the full trail is in the audit store: `conductor admission audit`).")
@@ -221,13 +232,23 @@ class AdmissionWorkflow:
 
     @workflow.query(description="What would happen to this request if it were submitted now, without submitting it.")
     def what_if(self, request: AdmissionRequest) -> WhatIf:
+        self._require_restored()
         outcome, explanation = engine.what_if(self._state, request)
         return WhatIf(outcome=outcome, explanation=explanation)
+
+    def _require_restored(self) -> None:
+        restore = self._restore
+        if restore is not None and not restore.done:
+            raise RuntimeError(
+                f"host group {self._input.host_group}: {RESTORING} "
+                f"({restore.position} of {restore.count} records); ask again in a moment"
+            )
 
     # --- the loop ---------------------------------------------------------------------------
 
     @workflow.run
     async def run(self, input: AdmissionWorkflowInput) -> None:
+        await self._finish_restore()
         self._report([])
         while True:
             await self._wait_for_work()
@@ -248,6 +269,29 @@ class AdmissionWorkflow:
                     continue
                 await workflow.wait_condition(workflow.all_handlers_finished)
                 workflow.continue_as_new(self._carry())
+
+    def _restored(self) -> bool:
+        return self._restore is None or self._restore.done
+
+    def _index_requesters(self) -> None:
+        for request_id, requester in self._requesters.items():
+            self._by_requester[requester].add(request_id)
+
+    async def _finish_restore(self) -> None:
+        """Decode the rest of the carried records, a slice per activation (codec.Restore), with a
+        local activity that does nothing between slices: it ends the activation, which the SDK's
+        deadlock detector times, and not the workflow task. Signals meanwhile only join the
+        inbox; the first pass decides them on the whole state."""
+        if self._restored():
+            return
+        assert self._restore is not None
+        while not self._restore.done:
+            await workflow.execute_local_activity(
+                BETWEEN_RESTORE_SLICES, start_to_close_timeout=timedelta(seconds=10),
+                summary=f"restored {self._restore.position} of {self._restore.count} carried records",
+            )
+            self._restore.step(self._input.restore_records_per_task)
+        self._index_requesters()
 
     async def _wait_for_work(self) -> None:
         self._sweep_if_due()
