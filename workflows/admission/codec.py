@@ -257,7 +257,7 @@ class Restore:
     core, and a workflow activation that runs past the Python SDK's 2 s deadlock detector fails,
     as does every retry of it: on a busy worker a singleton that carried that much never started
     again (bench/admission_sustained.py, docs/scaling.md). So a continued run decodes the records
-    `step` by `step`, each in a workflow task of its own. The columns are unpacked once, up
+    `step` by `step`, each in an activation of its own. The columns are unpacked once, up
     front; `state` and `requesters` fill as the steps go, and the indexes are rebuilt after the
     last one, so the state is usable only once `done`. Formats 1 and 2 decode whole.
     """

@@ -138,9 +138,11 @@ class AdmissionWorkflowInput(_Message):
     # a burst of 30,000 submitted requests in one pass broke both, and 2,000 renewals by name the
     # first; at 1,000 a pass under a ramp on a CPU-starved worker still tripped the detector.
     max_requests_per_pass: int = Field(default=500, ge=1)
-    # Carried records a continued run decodes per workflow task (codec.Restore): 50,000 decoded in
-    # the first activation of a run outlasted the deadlock detector on a busy worker, every retry too.
-    restore_records_per_task: int = Field(default=10_000, ge=1)
+    # Carried records a continued run decodes per activation (codec.Restore): 50,000 decoded in
+    # the first activation of a run outlasted the deadlock detector on a busy worker, every retry
+    # too, and slices of 10,000 still did at times with 100,000 held (about 15 us a record quiet,
+    # several times that on a starved worker, with the garbage collector walking the old state).
+    restore_records_per_task: int = Field(default=2_000, ge=1)
     carried: "CarriedState | None" = None
 
 

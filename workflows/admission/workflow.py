@@ -94,7 +94,7 @@ class AdmissionWorkflow:
             self._audit_chain = workflow.info().run_id
         else:
             # Format 3 carries the requester map inside the engine blob; older runs carried it beside.
-            # The records are decoded a slice per workflow task (`_finish_restore`); until then
+            # The records are decoded a slice per activation (`_finish_restore`); until then
             # the state is incomplete, and the queries that read it say so.
             self._restore = codec.Restore(carried.engine)
             self._restore.step(input.restore_records_per_task)
