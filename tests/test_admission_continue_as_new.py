@@ -102,6 +102,7 @@ async def _answered(h, query: str, result_type):
         return None
 
 
+LOCAL_ACTIVITY_MARKER = "core_local_activity"  # how the SDK records a local activity in history
 RESTORE_SLICE = 7  # records per workflow task, so a continued run restores in several
 
 
@@ -111,7 +112,7 @@ async def _restore_breaks(client: Client, workflow_id: str, run_id: str) -> int:
     breaks, decided = 0, False
     for event in history.events:
         decided = decided or event.HasField("signal_external_workflow_execution_initiated_event_attributes")
-        if event.HasField("marker_recorded_event_attributes") and b"between_restore_slices" in event.SerializeToString():
+        if event.marker_recorded_event_attributes.marker_name == LOCAL_ACTIVITY_MARKER:  # the singleton's only one
             assert not decided, "a restore slice after the run had begun to decide"
             breaks += 1
     return breaks

@@ -134,6 +134,10 @@ def refusal(error: RPCError) -> str:
     return f"the Temporal server refused: {' '.join(error.message.split())} ({error.status.name if error.status else 'no status'})"
 
 
+class ServerUnreachable(ConnectionError):
+    """`connect` could not reach the server (refused, reset, no such host): a wait may help."""
+
+
 async def connect(profile: str | None = None, **overrides: Any) -> Client:
     try:
         options = {**connect_options(profile), **overrides}
@@ -143,7 +147,7 @@ async def connect(profile: str | None = None, **overrides: Any) -> Client:
     try:
         return await Client.connect(target, data_converter=pydantic_data_converter, **options)
     except RuntimeError as error:
-        raise ConnectionError(
+        raise (ServerUnreachable if _says_connection_lost(str(error)) else ConnectionError)(
             f"cannot reach Temporal at {target} (namespace {options.get('namespace')}): {error}. "
             "Start the local stack with `conductor dev`, or point --address / TEMPORAL_ADDRESS / a profile at your server."
         ) from None
@@ -167,9 +171,8 @@ async def connect_patiently(
     while True:
         try:
             return await connect(profile, **overrides)
-        except ConnectionError as error:
-            waited = loop.time() - started
-            if not any(word in str(error).lower() for word in _TRANSPORT_WORDS) or waited + delay > bound:
+        except ServerUnreachable as error:
+            if loop.time() - started + delay > bound:
                 raise
             if not announced:
                 announced = True
@@ -236,9 +239,13 @@ def transport_failure(error: BaseException) -> str | None:
     if isinstance(error, RPCError):
         if error.status == RPCStatusCode.UNAVAILABLE:
             return error.message or "server unavailable"
-        if error.status == RPCStatusCode.UNKNOWN and any(word in error.message.lower() for word in _TRANSPORT_WORDS):
+        if error.status == RPCStatusCode.UNKNOWN and _says_connection_lost(error.message):
             return error.message
     return None
+
+
+def _says_connection_lost(message: str) -> bool:
+    return any(word in message.lower() for word in _TRANSPORT_WORDS)
 
 
 def server_busy(error: BaseException) -> str | None:

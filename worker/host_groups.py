@@ -24,9 +24,9 @@ from typing import Any
 from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.service import RPCError, RPCStatusCode
 
+from activities.visibility import literal
 from worker.admission_live import QUEUE_ROWS, LiveAdmission, LiveError
 from worker.inputs import InputError, one_line
-from activities.visibility import literal
 from worker.tables import human_duration, render_table
 from workflows.admission.messages import LeaseRow, PolicyChange, QueueRow, UsageRow, admission_workflow_id
 from workflows.admission.model import AdmissionPolicy

@@ -52,8 +52,6 @@ _STATUS_NAMES = {
 }
 
 
-
-
 @dataclass(frozen=True)
 class MissionQuery:
     """The visibility query, and the values it could not carry, matched on each row instead."""

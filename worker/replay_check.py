@@ -31,8 +31,8 @@ from temporalio.service import RPCError, RPCStatusCode
 from temporalio.worker import Replayer
 from temporalio.workflow import NondeterminismError
 
-from worker.inputs import InputError
 from activities.visibility import literal
+from worker.inputs import InputError
 from worker.mission_list import started_since
 
 PRODUCT_TYPES = ("MissionWorkflow", "WorkloadWorkflow", "AdmissionWorkflow", "AdmissionProbeWorkflow")

@@ -246,7 +246,7 @@ def decode(blob: str) -> EngineState:
 def decode_carried(blob: str) -> tuple[EngineState, dict[str, str]]:
     """The state and the requester map it carries (empty for formats 1 and 2, which carry it beside)."""
     restore = Restore(blob)
-    restore.step(restore.remaining)
+    restore.step(restore.count)
     return restore.state, restore.requesters
 
 
@@ -274,16 +274,11 @@ class Restore:
         self.done = False
         if document["format"] == 3:
             self._columns: _Columns | None = _Columns(document, self.state.policy)
-            self.count = document["count"]
+            self.count, self.position = document["count"], 0
         else:
             _decode_rows(self.state, document)
             self._columns = None
-            self.count = len(self.state.records)
-        self.position = 0 if self._columns is not None else self.count
-
-    @property
-    def remaining(self) -> int:
-        return self.count - self.position
+            self.count = self.position = len(self.state.records)
 
     def step(self, records: int) -> bool:
         """Decode up to `records` more records; True once the state is whole (indexes rebuilt)."""

@@ -96,9 +96,10 @@ class AdmissionWorkflow:
             # Format 3 carries the requester map inside the engine blob; older runs carried it beside.
             # The records are decoded a slice per activation (`_finish_restore`); until then
             # the state is incomplete, and the queries that read it say so.
-            self._restore = codec.Restore(carried.engine)
-            self._restore.step(input.restore_records_per_task)
-            self._state, self._requesters = self._restore.state, self._restore.requesters
+            restore = codec.Restore(carried.engine)
+            if not restore.step(input.restore_records_per_task):
+                self._restore = restore
+            self._state, self._requesters = restore.state, restore.requesters
             self._requesters.update(carried.requesters)
             if carried.requesters_packed is not None:
                 self._requesters.update(codec.unpack_json(carried.requesters_packed))  # type: ignore[arg-type]
@@ -111,7 +112,7 @@ class AdmissionWorkflow:
             self._audit_chain = carried.audit_chain
         # requester -> its request ids, for renewals that name none (rebuilt, never carried)
         self._by_requester: dict[str, set[str]] = defaultdict(set)
-        if self._restored():
+        if self._restore is None:
             self._index_requesters()
         self._pending: set[asyncio.Task[None]] = set()
         self._timer: asyncio.Task[None] | None = None
@@ -238,7 +239,7 @@ class AdmissionWorkflow:
 
     def _require_restored(self) -> None:
         restore = self._restore
-        if restore is not None and not restore.done:
+        if restore is not None:
             raise RuntimeError(
                 f"host group {self._input.host_group}: {RESTORING} "
                 f"({restore.position} of {restore.count} records); ask again in a moment"
@@ -270,9 +271,6 @@ class AdmissionWorkflow:
                 await workflow.wait_condition(workflow.all_handlers_finished)
                 workflow.continue_as_new(self._carry())
 
-    def _restored(self) -> bool:
-        return self._restore is None or self._restore.done
-
     def _index_requesters(self) -> None:
         for request_id, requester in self._requesters.items():
             self._by_requester[requester].add(request_id)
@@ -282,15 +280,16 @@ class AdmissionWorkflow:
         local activity that does nothing between slices: it ends the activation, which the SDK's
         deadlock detector times, and not the workflow task. Signals meanwhile only join the
         inbox; the first pass decides them on the whole state."""
-        if self._restored():
+        restore = self._restore
+        if restore is None:
             return
-        assert self._restore is not None
-        while not self._restore.done:
+        while not restore.done:
             await workflow.execute_local_activity(
                 BETWEEN_RESTORE_SLICES, start_to_close_timeout=timedelta(seconds=10),
-                summary=f"restored {self._restore.position} of {self._restore.count} carried records",
+                summary=f"restored {restore.position} of {restore.count} carried records",
             )
-            self._restore.step(self._input.restore_records_per_task)
+            restore.step(self._input.restore_records_per_task)
+        self._restore = None
         self._index_requesters()
 
     async def _wait_for_work(self) -> None:
