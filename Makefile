@@ -15,9 +15,9 @@ $(STAMP): pyproject.toml
 	@$(MAKE) --no-print-directory bytecode
 	@touch $(STAMP)
 
-# What pip does for a regular install and not for an editable one. The workflow sandbox
-# imports each workflow module afresh for every workflow run: without bytecode (and with
-# PYTHONDONTWRITEBYTECODE set, as on CI) every run recompiles its module from source.
+# What pip does for a regular install and not for an editable one. The workflow sandbox (the
+# replays run in it) imports each workflow module afresh for every workflow run: without bytecode
+# (and with PYTHONDONTWRITEBYTECODE set, as on CI) every run recompiles its module from source.
 bytecode:
 	@$(PY) -m compileall -q activities substrate worker workflows bench
 

@@ -139,9 +139,10 @@ def _extensions(request: Request) -> set[str]:
     return requested_extensions(request.headers.getlist(EXTENSIONS_HEADER))
 
 
-def _require_runtime_extension(instance_id: str, request: Request) -> None:
+async def _require_runtime_extension(instance_id: str, request: Request) -> None:
     """Every POST under /agents needs the runtime extension (executor `extensions/mod.rs`
-    `require_extensions_middleware`); the instance is resolved first, as its `InstanceLayer` does."""
+    `require_extensions_middleware`); the instance is resolved first, as its `InstanceLayer` does.
+    A coroutine, as `auth.require`'s check is: a plain `def` would run in the thread pool."""
     request.app.state.executor.instance(instance_id)
     if not activated(_extensions(request), RUNTIME_EXTENSION):
         raise SubstrateError(

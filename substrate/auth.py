@@ -32,7 +32,7 @@ import hashlib
 import hmac
 import os
 import tomllib
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
@@ -268,10 +268,13 @@ def load_tokens(
 # -- checking requests -------------------------------------------------------------------
 
 
-def require(table: TokenTable, role: Role | None, plane: str) -> Callable[[Request], None]:
-    """A route dependency: 401 without a valid bearer, 403 when `role` is needed and not held."""
+def require(table: TokenTable, role: Role | None, plane: str) -> Callable[[Request], Awaitable[None]]:
+    """A route dependency: 401 without a valid bearer, 403 when `role` is needed and not held.
 
-    def check(request: Request) -> None:
+    A coroutine although it never awaits: FastAPI runs a plain `def` dependency in its thread
+    pool, a thread hop on every request for a dictionary lookup."""
+
+    async def check(request: Request) -> None:
         scheme, _, presented = request.headers.get("authorization", "").partition(" ")
         held = table.resolve(presented.strip()) if scheme.lower() == "bearer" and presented.strip() else None
         if held is None:

@@ -6,8 +6,7 @@ from typing import Any
 
 from temporalio.client import Client
 from temporalio.common import VersioningBehavior, WorkerDeploymentVersion
-from temporalio.worker import Worker, WorkerDeploymentConfig
-from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
+from temporalio.worker import UnsandboxedWorkflowRunner, Worker, WorkerDeploymentConfig
 
 from activities.admission import AdmissionActivities, between_restore_slices
 from activities.audit_store import AuditActivities
@@ -72,16 +71,16 @@ def deployment_config(config: WorkerConfig) -> WorkerDeploymentConfig | None:
 
 
 # Every module under `workflows/` is deterministic and side-effect free (CONTRIBUTING.md; checked
-# by tests/test_workflow_determinism.py), so the worker passes the whole package through the
-# sandbox instead of re-importing the workflow modules for every workflow run. That re-import
-# (the sandbox's importer, `workflow.defn` on every run) was 30% of the worker's CPU in a
-# 100-child fan-out (bench/mission_fanout.py with py-spy). What it gives up, the sandbox's
-# runtime refusal of a call such as `datetime.now()` inside a workflow module, stays in force
-# where it guards releases: the replay of every recorded history (tests/test_replay.py) and
+# by tests/test_workflow_determinism.py), so the worker runs workflows outside the SDK's sandbox.
+# Once the whole package was passed through (as it had to be: the sandbox's re-import of the
+# workflow modules for every run was 30% of the worker's CPU in a 100-child fan-out), the sandbox
+# no longer refused anything inside our modules, whose globals are the real `datetime` and `os`;
+# what it still cost was a sandboxed instance per run, an `exec` per activation and one more per
+# payload to find its serialisation context: 0.3 s of the worker's 2.2 s of CPU per 100-child
+# mission (bench/mission_fanout.py, CPU read from /proc). The sandbox's refusals stay in force
+# where they guard releases: the replay of every recorded history (tests/test_replay.py) and
 # `conductor replay` run the workflows under the SDK's default, strict sandbox.
-PRODUCTION_WORKFLOW_RUNNER = SandboxedWorkflowRunner(
-    restrictions=SandboxRestrictions.default.with_passthrough_modules("workflows")
-)
+PRODUCTION_WORKFLOW_RUNNER = UnsandboxedWorkflowRunner()
 
 
 def build_worker(

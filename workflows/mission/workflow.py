@@ -127,6 +127,7 @@ class MissionWorkflow:
         self._stop_requested = False
         self._wake = 0
         self._written_seq = -1
+        self._folded: dict[str, AdmissionDecision] = {}  # child -> the decision last folded into its ledger
         self._writing = False
         self._shown_state: str | None = None
         if input.carried is not None:
@@ -376,10 +377,13 @@ class MissionWorkflow:
     # --- folding inputs into the ledger -----------------------------------------------------
 
     def _fold_decisions(self) -> None:
+        """Fold each decision once: every pass runs this, and folding a hundred unchanged decisions
+        again (each one aggregating the whole ledger) was the largest part of a pass."""
         for child_id in self._assignments:
             decision = self._admission.decisions.get(self._request_id(child_id))
-            if decision is None:
+            if decision is None or self._folded.get(child_id) is decision:
                 continue
+            self._folded[child_id] = decision
             self._ledger = aggregation.apply_admission(
                 self._ledger,
                 child_id,
