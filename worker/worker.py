@@ -71,15 +71,11 @@ def deployment_config(config: WorkerConfig) -> WorkerDeploymentConfig | None:
 
 
 # Every module under `workflows/` is deterministic and side-effect free (CONTRIBUTING.md; checked
-# by tests/test_workflow_determinism.py), so the worker runs workflows outside the SDK's sandbox.
-# Once the whole package was passed through (as it had to be: the sandbox's re-import of the
-# workflow modules for every run was 30% of the worker's CPU in a 100-child fan-out), the sandbox
-# no longer refused anything inside our modules, whose globals are the real `datetime` and `os`;
-# what it still cost was a sandboxed instance per run, an `exec` per activation and one more per
-# payload to find its serialisation context: 0.3 s of the worker's 2.2 s of CPU per 100-child
-# mission (bench/mission_fanout.py, CPU read from /proc). The sandbox's refusals stay in force
-# where they guard releases: the replay of every recorded history (tests/test_replay.py) and
-# `conductor replay` run the workflows under the SDK's default, strict sandbox.
+# by tests/test_workflow_determinism.py), so the worker runs workflows outside the SDK's sandbox:
+# with the whole package passed through it refused nothing in our modules and still cost 0.3 s
+# of CPU per 100-child mission. Its refusals stay where they guard releases: the replays of
+# tests/test_replay.py and `conductor replay` run under the SDK's strict default sandbox
+# (docs/workflow-costs.md, "The workflow sandbox").
 PRODUCTION_WORKFLOW_RUNNER = UnsandboxedWorkflowRunner()
 
 
