@@ -54,7 +54,11 @@ async def test_give_back_without_confirmation_sends_nothing_back(fresh_time_skip
         quiet = await h.start_probe("quiet", ProbeRequest(request_id="quiet"), confirm_give_back=False)
         result: ProbeResult = await quiet.result()
 
-        assert result.final["quiet"].state == "admitted"  # the last word it heard; none came after
+        # No answer came: the probe recorded its delivered release itself, at the revision it heard.
+        quiet_view = result.final["quiet"]
+        assert quiet_view.state == "released" and "asked for no confirmation" in quiet_view.reason
+        assert quiet_view.revision == next(d.revision for d in result.history if d.state == "admitted")
+        assert [d.state for d in result.history] == ["admitted"]  # the singleton's only word to it
         assert Counter(await _event_types(quiet))["WORKFLOW_EXECUTION_SIGNALED"] == 1  # the admission only
         await h.eventually(lambda: _is(h.leased, ["holder"]), "the quiet lease given back")
         assert [e.type for e in await audit_of(h, "quiet")] == ["queued", "admitted", "released"]

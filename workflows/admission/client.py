@@ -178,8 +178,9 @@ class AdmissionClient:
             pass
 
     async def release(self, request_ids: Iterable[str], *, confirm: bool = True) -> None:
-        """Give leases back. `confirm=False` asks for no decision back: for a requester about to
-        close, which saves a signal each way and never gets signalled after it has closed."""
+        """Give leases back. `confirm=False` asks for no decision back, which saves a signal each
+        way (and a requester about to close is never signalled after it has closed); once the
+        signal is delivered the requester records the release itself (`decisions`)."""
         await self._give_back("release", ReleaseBatch, request_ids, confirm)
 
     async def cancel(self, request_ids: Iterable[str], *, confirm: bool = True) -> None:
@@ -199,6 +200,24 @@ class AdmissionClient:
             # No singleton took it (none was ever started, or it is gone): no answer will come.
             # What it may still hold lapses at the TTL, as every lease of a silent holder does.
             self._unanswered.update(ids)
+        elif not confirm and delivered:
+            self._record_given_back(ids, "released" if signal == "release" else "cancelled")
+
+    def _record_given_back(self, request_ids: list[str], state: Literal["released", "cancelled"]) -> None:
+        """A delivered give-back that asked for no answer is as good as applied: the singleton reads
+        every delivered signal before it decides anything else, and will send nothing back. So
+        the requester writes the outcome into its own view, at the revision it last heard; a
+        decision the singleton made meanwhile (a preemption, say) carries a higher one and wins."""
+        for rid in request_ids:
+            known = self.decisions.get(rid)
+            if known is not None and known.state not in ("admitted", "queued"):
+                continue  # it ended otherwise meanwhile: that decision stands
+            self.decisions[rid] = AdmissionDecision(
+                request_id=rid, state=state, revision=known.revision if known else 0,
+                lease_revision=known.lease_revision if known else 0,
+                reason="given back by this requester, which asked for no confirmation",
+            )
+        self._version += 1
 
     async def give_back_everything(self, confirm_within: timedelta | None = timedelta(minutes=1)) -> bool:
         """Release what is admitted, cancel what is still waiting, and wait for the confirmation
