@@ -53,10 +53,11 @@ class CpuMeter:
     def __init__(self, substrate_pid: int) -> None:
         me = os.getpid()
         servers = [pid for pid in _children(me) if "start-dev" in _cmdline(pid)]
-        self._pids = (me, servers[0] if servers else None, substrate_pid)
+        # (pid, with the children it reaped): the substrate's commands count as its own.
+        self._processes = ((me, False), (servers[0] if servers else None, False), (substrate_pid, True))
 
     def read(self) -> tuple[float, ...]:
-        return tuple(_cpu_seconds(pid, reaped=(i == 2)) for i, pid in enumerate(self._pids))
+        return tuple(_cpu_seconds(pid, reaped=reaped) for pid, reaped in self._processes)
 
 
 def _cpu_seconds(pid: int | None, *, reaped: bool) -> float:
