@@ -50,42 +50,52 @@ class ShellProcess:
         self._pidfd: int | None = None
         with contextlib.suppress(OSError, AttributeError):
             self._pidfd = os.pidfd_open(popen.pid)
-        self._exited: asyncio.Future[None] | None = None
+        #: While the pidfd is registered with a loop: that loop and the future its exit resolves.
+        self._watch: tuple[asyncio.AbstractEventLoop, asyncio.Future[None]] | None = None
 
     @property
     def returncode(self) -> int | None:
         return self._popen.poll()
 
     async def wait(self) -> int:
+        """The exit status, once the leader has exited; any number of waiters may wait at once."""
         while (code := self._popen.poll()) is None:
             await self._until_exit()
-        self._close_pidfd()
+        self.close()
         return code
 
     async def _until_exit(self) -> None:
         if self._pidfd is None:
             await asyncio.sleep(_POLL_SECONDS)
             return
-        if self._exited is None or self._exited.done():
+        if self._watch is None:
             loop = asyncio.get_running_loop()
-            exited: asyncio.Future[None] = loop.create_future()
-            fd = self._pidfd
-
-            def readable() -> None:
-                loop.remove_reader(fd)
-                if not exited.done():
-                    exited.set_result(None)
-
             try:
-                loop.add_reader(fd, readable)
+                loop.add_reader(self._pidfd, self._unwatch)  # a pidfd turns readable when its process exits
             except (NotImplementedError, ValueError, OSError):
-                self._close_pidfd()
+                self.close()
                 await asyncio.sleep(_POLL_SECONDS)
                 return
-            self._exited = exited
-        await asyncio.shield(self._exited)
+            self._watch = (loop, loop.create_future())
+        await asyncio.shield(self._watch[1])  # a cancelled waiter leaves the others waiting
 
-    def _close_pidfd(self) -> None:
+    def _unwatch(self) -> None:
+        """Unregister the pidfd and wake every waiter, who then look at the process again."""
+        if self._watch is None:
+            return
+        loop, exited = self._watch
+        self._watch = None
+        loop.remove_reader(self._pidfd)
+        if not exited.done():
+            exited.set_result(None)
+
+    def close(self) -> None:
+        """Stop watching the process and close its pidfd.
+
+        Unregistering comes first. epoll drops a descriptor once it is closed, but asyncio keeps
+        its entry; the next pidfd to get that number would be registered onto the stale entry,
+        never added to epoll, and its process's exit never reported."""
+        self._unwatch()
         if self._pidfd is not None:
             with contextlib.suppress(OSError):
                 os.close(self._pidfd)
@@ -154,6 +164,7 @@ async def stop_group(process: ShellProcess, grace_seconds: float) -> int | None:
             signal_group(pgid, signal.SIGKILL)
             await process.wait()
     signal_group(pgid, signal.SIGKILL)
+    process.close()  # its run's wait may have been cancelled before it looked again
     return process.returncode
 
 
