@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -100,8 +101,12 @@ def key_words(name: str) -> list[str]:
     return [word.lower() for word in _KEY_WORD.findall(name)]
 
 
+@functools.lru_cache(maxsize=4096)
 def is_credential_key(name: str) -> bool:
-    """True when a key names credential material (`github_token`, `db-password`, `apiKey`, `Authorization`)."""
+    """True when a key names credential material (`github_token`, `db-password`, `apiKey`, `Authorization`).
+
+    Cached: keys come from a small vocabulary (every record repeats the contract's field names),
+    and the substrate and the worker check every key of every request."""
     words = key_words(name)
     if tuple(words) in _ALLOWED_REF_WORDS:
         return False
@@ -202,6 +207,12 @@ def value_credential_kind(text: str) -> str | None:
     return None
 
 
+@functools.lru_cache(maxsize=4096)
+def _key_text_kind(name: str) -> str | None:
+    """`value_credential_kind` of a key's text, cached as `is_credential_key` is."""
+    return value_credential_kind(name)
+
+
 # --- the walk -------------------------------------------------------------------------------------
 
 
@@ -287,7 +298,7 @@ def find_credential_material(
                 name = str(key)
                 child_node: _Node = (node, name)
                 named = keys and is_credential_key(name)
-                kind = value_credential_kind(name) if keys and values and not named else None
+                kind = _key_text_kind(name) if keys and values and not named else None
                 if named or kind is not None:
                     what = _KEY_NAMES_CREDENTIAL if named else f"a key that looks like {kind}"
                     pending.append((_REPORT_KEY, what, child_node))
