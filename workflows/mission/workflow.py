@@ -117,6 +117,7 @@ class MissionWorkflow:
         self._running: set[str] = set()  # child workflows started and not yet ended
         self._ended: set[str] = set()
         self._released: set[str] = set()
+        self._releases: list[asyncio.Future[None]] = []  # unconfirmed releases, until their signal is delivered
         # Attempts (workflows.mission.attempts; the ledger numbers them):
         self._requests: dict[str, str] = {}  # child -> its admission request, when not attempt 1's
         self._stops: dict[str, AttemptStop] = {}  # running attempts stopped because their lease went
@@ -129,6 +130,7 @@ class MissionWorkflow:
         self._written_seq = -1
         self._folded: dict[str, AdmissionDecision] = {}  # child -> the decision last folded into its ledger
         self._writing = False
+        self._closing = False
         self._shown_state: str | None = None
         if input.carried is not None:
             self._take_over(input.carried)
@@ -288,9 +290,11 @@ class MissionWorkflow:
             self._fold_observations()
             self._settle_attempts()
             await self._act()
-            await self._snapshot()
-            self._publish()
-            if self._stop_requested or (aggregation.is_final(self._ledger) and not self._running and not self._waiting()):
+            finished = aggregation.is_final(self._ledger) and not self._running and not self._waiting()
+            if not finished:  # a finished mission's ledger is written and shown by closing
+                await self._snapshot()
+                self._publish()
+            if finished or self._stop_requested:
                 return
             # Anything that arrived while this pass awaited (an observation during a snapshot,
             # a child ending during a start) must wake the next pass at once: compare with what
@@ -320,6 +324,7 @@ class MissionWorkflow:
             not self._stop_requested
             and (info.is_continue_as_new_suggested() or info.get_current_history_length() >= self._input.max_history_events)
             and workflow.all_handlers_finished()
+            and all(release.done() for release in self._releases)
             and not self._waiting()
             and all(self._child_specs[child_id].long_lived for child_id in self._running)
         )
@@ -414,7 +419,7 @@ class MissionWorkflow:
         if self._resubmit and not self._stop_requested and not self._gang_still_stopping():
             await self._submit_again()
         await self._start_admitted()
-        await self._release_ended()
+        self._release_ended()
 
     async def _start_admitted(self) -> None:
         if self._stop_requested:
@@ -611,16 +616,24 @@ class MissionWorkflow:
             for child_id in waiting:
                 self._ended.add(child_id)
 
-    async def _release_ended(self) -> None:
+    def _release_ended(self) -> None:
+        """Give back the leases of children that ended, without confirmation and without waiting
+        for the signal's delivery: the pass goes on, and the admission client records each release
+        once its signal is delivered, which wakes the next pass. An answer would cost a signal each
+        way and a pass, and each wait a workflow task; closing waited for the last ones. Closing
+        and continuing as new wait for what is still in flight (`_releases_delivered`)."""
         done = sorted(self._ended - self._released)
         if not done:
             return
         self._released.update(done)
         held = set(self._admission.held())
         release = [self._request_id(cid) for cid in done if self._request_id(cid) in held]
-        # Unconfirmed: each answer would cost a signal out, a signal in and a supervising pass,
-        # and closing would wait for the last ones (0.5 s of a 100-child fan-out's 3.5 s).
-        await self._admission.release(release, confirm=False)
+        if release:
+            self._releases = [r for r in self._releases if not r.done()]
+            self._releases.append(asyncio.ensure_future(self._admission.release(release, confirm=False)))
+
+    async def _releases_delivered(self) -> None:
+        await asyncio.gather(*self._releases)
 
     def _waiting(self) -> bool:
         """Children that were routed but have neither ended nor been started yet."""
@@ -652,6 +665,12 @@ class MissionWorkflow:
             await self._cancel_children(live, why=why)
             await self._until_children_ended()
         self._fold_observations()
+        self._closing = True  # from here on, only the final snapshot is written
+        # Leases of children that ended since the last pass go back as every pass gives them back,
+        # unconfirmed; what is left (requests never started or still queued) waits for the answer.
+        # Confirming the ended ones too cost a fan-out a signal each way and one more snapshot.
+        self._release_ended()
+        await self._releases_delivered()
         await self._admission.give_back_everything()
         self._fold_decisions()
         await self._snapshot(flush=True)
@@ -711,7 +730,9 @@ class MissionWorkflow:
 
     async def _write_in_background(self) -> None:
         try:
-            while self._ledger.snapshot_seq != self._written_seq:
+            # Closing writes the last ledger itself: chasing the changes it makes meanwhile
+            # (releases recorded, decisions folded) would cost a write each.
+            while self._ledger.snapshot_seq != self._written_seq and not self._closing:
                 await self._write_changed_ledger()
         finally:
             self._writing = False
