@@ -1,0 +1,63 @@
+"""What a finished mission does after its last child ended, read from a recorded history.
+
+`mission-fail-fast-queued` (tests/histories/README.md) ends on its own: a child fails, the
+fail-fast verdict is final, and the mission closes. Its tail is what every finished mission's
+tail costs: the ended child's lease goes back without confirmation, the request still queued is
+cancelled with it, and the ledger is written once. It used to be written by the last pass, by
+the background writer chasing each change closing made, and by closing itself.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from pathlib import Path
+from typing import Any
+
+HISTORY = Path(__file__).resolve().parent / "histories" / "mission-fail-fast-queued.json"
+CHILD_ENDS = {
+    "EVENT_TYPE_CHILD_WORKFLOW_EXECUTION_COMPLETED",
+    "EVENT_TYPE_CHILD_WORKFLOW_EXECUTION_FAILED",
+    "EVENT_TYPE_CHILD_WORKFLOW_EXECUTION_CANCELED",
+}
+
+
+def _payload(payloads: dict[str, Any]) -> Any:
+    return json.loads(base64.b64decode(payloads["payloads"][0]["data"]))
+
+
+def _ledger_writes(events: list[dict[str, Any]]) -> int:
+    writes = 0
+    for event in events:
+        if event["eventType"] == "EVENT_TYPE_ACTIVITY_TASK_SCHEDULED":
+            writes += event["activityTaskScheduledEventAttributes"]["activityType"]["name"] == "write_ledger_snapshot"
+        elif event["eventType"] == "EVENT_TYPE_MARKER_RECORDED":
+            marker = _payload(event["markerRecordedEventAttributes"]["details"]["data"])
+            writes += marker["activity_type"] == "write_ledger_snapshot"
+    return writes
+
+
+def _signals(events: list[dict[str, Any]], name: str) -> list[dict[str, Any]]:
+    return [
+        _payload(attributes["input"])
+        for event in events
+        if (attributes := event.get("signalExternalWorkflowExecutionInitiatedEventAttributes"))
+        and attributes["signalName"] == name
+    ]
+
+
+def test_a_finished_mission_writes_its_last_ledger_once_after_its_last_child_ended() -> None:
+    events = json.loads(HISTORY.read_text())["events"]
+    assert events[-1]["eventType"] == "EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED"
+    last_child = max(i for i, event in enumerate(events) if event["eventType"] in CHILD_ENDS)
+    tail = events[last_child + 1 :]
+    assert _ledger_writes(tail) == 1
+    assert _ledger_writes(events[:last_child]) >= 1  # the running mission was written along the way
+
+
+def test_the_ended_childs_lease_goes_back_unconfirmed_and_the_queued_request_with_confirmation() -> None:
+    events = json.loads(HISTORY.read_text())["events"]
+    releases = _signals(events, "release")
+    assert [release["confirm"] for release in releases] == [False]
+    assert releases[0]["request_ids"] == ["recorded-urgent:broken"]
+    assert [cancel["confirm"] for cancel in _signals(events, "cancel")] == [True]
