@@ -365,3 +365,25 @@ def test_mission_specs_take_safe_commands_and_refuse_embedded_credentials(prompt
     MissionSpec.model_validate(_spec(prompt=prompt))
     with pytest.raises(ValueError, match="credential material must not be put in a mission spec"):
         MissionSpec.model_validate(_spec(prompt=f"{prompt} {secret}"))
+
+
+def test_only_clean_keys_are_remembered_so_a_credential_key_is_refused_every_time() -> None:
+    from workflows import credential_material
+
+    jwt_key = "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxIn0.c2lnbmF0dXJl"
+    document = {"plain_field": 1, "github_token": "x", jwt_key: 2}
+    for _ in range(2):  # the second walk finds the same: nothing found once is skipped later
+        found = {finding.path: finding.what for finding in find_credential_material(document)}
+        assert found == {"$.github_token": "a key that names a credential", "$[<a JWT>]": "a key that looks like a JWT"}
+    assert "plain_field" in credential_material._CLEAN_KEYS
+    assert "github_token" not in credential_material._CLEAN_KEYS
+    assert jwt_key not in credential_material._CLEAN_KEYS  # text that looks like a credential is never kept
+
+
+def test_a_key_checked_by_name_only_is_not_remembered_as_clean_for_the_value_check() -> None:
+    from workflows import credential_material
+
+    key = "AKIAABCDEFGHIJKLMNOP"  # names nothing, but its text looks like an AWS access key id
+    assert find_credential_material({key: 1}, values=False) == []
+    assert key not in credential_material._CLEAN_KEYS
+    assert [finding.what for finding in find_credential_material({key: 1})] == ["a key that looks like an AWS access key id"]

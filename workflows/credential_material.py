@@ -45,7 +45,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import functools
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -101,12 +100,8 @@ def key_words(name: str) -> list[str]:
     return [word.lower() for word in _KEY_WORD.findall(name)]
 
 
-@functools.lru_cache(maxsize=4096)
 def is_credential_key(name: str) -> bool:
-    """True when a key names credential material (`github_token`, `db-password`, `apiKey`, `Authorization`).
-
-    Cached: keys come from a small vocabulary (every record repeats the contract's field names),
-    and the substrate and the worker check every key of every request."""
+    """True when a key names credential material (`github_token`, `db-password`, `apiKey`, `Authorization`)."""
     words = key_words(name)
     if tuple(words) in _ALLOWED_REF_WORDS:
         return False
@@ -207,10 +202,20 @@ def value_credential_kind(text: str) -> str | None:
     return None
 
 
-@functools.lru_cache(maxsize=4096)
-def _key_text_kind(name: str) -> str | None:
-    """`value_credential_kind` of a key's text, cached as `is_credential_key` is."""
-    return value_credential_kind(name)
+# Keys found clean (they neither name nor look like a credential), so the walk skips their checks
+# next time: keys come from a small vocabulary (every record repeats the contract's field names)
+# and the substrate and the worker check every key of every request. Only clean keys are kept, so
+# no text that looks like a credential outlives its request here; the set starts over when full.
+# It changes no answer, only skips work, so workflow code (which shares this module across runs)
+# may use it.
+_CLEAN_KEYS: set[str] = set()
+_CLEAN_KEYS_KEPT = 4096
+
+
+def _remember_clean(name: str) -> None:
+    if len(_CLEAN_KEYS) >= _CLEAN_KEYS_KEPT:
+        _CLEAN_KEYS.clear()
+    _CLEAN_KEYS.add(name)
 
 
 # --- the walk -------------------------------------------------------------------------------------
@@ -297,8 +302,12 @@ def find_credential_material(
             for key, child in item.items():
                 name = str(key)
                 child_node: _Node = (node, name)
-                named = keys and is_credential_key(name)
-                kind = _key_text_kind(name) if keys and values and not named else None
+                named, kind = False, None
+                if keys and name not in _CLEAN_KEYS:
+                    named = is_credential_key(name)
+                    kind = value_credential_kind(name) if values and not named else None
+                    if values and not named and kind is None:
+                        _remember_clean(name)
                 if named or kind is not None:
                     what = _KEY_NAMES_CREDENTIAL if named else f"a key that looks like {kind}"
                     pending.append((_REPORT_KEY, what, child_node))
