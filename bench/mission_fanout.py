@@ -33,6 +33,7 @@ from temporalio.contrib.pydantic import pydantic_data_converter  # noqa: E402
 from temporalio.testing import WorkflowEnvironment  # noqa: E402
 
 from activities.fleet import FleetActivities  # noqa: E402
+from substrate.procs import stat_fields  # noqa: E402
 from substrate.server import spawn  # noqa: E402
 from worker.binaries import temporal_cli  # noqa: E402
 from worker.config import WorkerConfig  # noqa: E402
@@ -62,22 +63,16 @@ class CpuMeter:
 
 def _cpu_seconds(pid: int | None, *, reaped: bool) -> float:
     """`reaped`: with the children the process has waited for (the substrate's commands)."""
-    if pid is None:
+    fields = None if pid is None else stat_fields(pid)
+    if fields is None:
         return float("nan")
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     ticks = int(fields[11]) + int(fields[12]) + (int(fields[13]) + int(fields[14]) if reaped else 0)
     return ticks / os.sysconf("SC_CLK_TCK")
 
 
 def _children(parent: int) -> list[int]:
-    found = []
-    for entry in Path("/proc").iterdir():
-        try:
-            if entry.name.isdigit() and int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1]) == parent:
-                found.append(int(entry.name))
-        except OSError:
-            continue  # it ended meanwhile
-    return found
+    pids = (int(entry.name) for entry in Path("/proc").iterdir() if entry.name.isdigit())
+    return [pid for pid in pids if (fields := stat_fields(pid)) is not None and int(fields[1]) == parent]
 
 
 def _cmdline(pid: int) -> str:

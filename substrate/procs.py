@@ -168,15 +168,20 @@ async def stop_group(process: ShellProcess, grace_seconds: float) -> int | None:
     return process.returncode
 
 
-def start_ticks(pid: int) -> int | None:
-    """The start time of `pid` in clock ticks since boot (Linux), or None if it is gone."""
+def stat_fields(pid: int) -> list[str] | None:
+    """`/proc/<pid>/stat` from field 3 (the state) on, so field N is at index N - 3; None if gone."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return None
     # The command name (field 2) may contain spaces and parentheses: split after the last ')'.
-    fields = stat[stat.rindex(")") + 2 :].split()
-    if fields[0] == "Z":  # a zombie has finished; it only waits to be reaped
+    return stat[stat.rindex(")") + 2 :].split()
+
+
+def start_ticks(pid: int) -> int | None:
+    """The start time of `pid` in clock ticks since boot (Linux), or None if it is gone."""
+    fields = stat_fields(pid)
+    if fields is None or fields[0] == "Z":  # a zombie has finished; it only waits to be reaped
         return None
     return int(fields[19])
 
@@ -185,13 +190,8 @@ def _group_members(pgid: int) -> list[int]:
     members = []
     with contextlib.suppress(OSError):
         for entry in os.scandir("/proc"):
-            if not entry.name.isdigit():
+            if not entry.name.isdigit() or (fields := stat_fields(int(entry.name))) is None:
                 continue
-            try:
-                stat = Path(entry.path, "stat").read_text()
-            except OSError:
-                continue
-            fields = stat[stat.rindex(")") + 2 :].split()
             if int(fields[2]) == pgid and fields[0] != "Z":
                 members.append(int(entry.name))
     return members

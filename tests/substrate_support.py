@@ -12,6 +12,7 @@ from typing import Any
 import httpx
 
 from activities.sandbox_client import ExecutorClient, FleetClient
+from substrate import procs
 from workflows.contract import WorkloadRecord, parse_document
 
 FLEET_TOKEN = "fleet-token-A-3f9c1e"
@@ -97,11 +98,8 @@ def process_gone(pid: int) -> bool:
 
 def process_dead(pid: int) -> bool:
     """Not running: gone, or a zombie waiting for a parent that is not ours (after a crash)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return True
-    return stat[stat.rindex(")") + 2] == "Z"
+    fields = procs.stat_fields(pid)
+    return fields is None or fields[0] == "Z"
 
 
 async def read_pid(path: Path, timeout: float = 5.0) -> int:

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from substrate import procs
+from tests.substrate_support import process_dead
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -27,15 +28,23 @@ async def spawn(tmp_path: Path, name: str, command: str) -> procs.ShellProcess:
                                    stderr=tmp_path / f"{name}.err", env=os.environ)  # fmt: skip
 
 
-def is_zombie(pid: int) -> bool:
-    stat = Path(f"/proc/{pid}/stat").read_text()
-    return stat[stat.rindex(")") + 2 :].split()[0] == "Z"
-
-
 def until_zombie(pid: int) -> None:
     """Block the loop until `pid` has exited: it is gone before any waiter has had a turn."""
-    while not is_zombie(pid):
+    while not process_dead(pid):  # our unreaped child: a zombie
         time.sleep(0.005)
+
+
+def open_pidfds() -> int:
+    """How many pidfds this process holds open."""
+    fds = Path("/proc/self/fd")
+    return sum(1 for fd in fds.iterdir() if _link(fd) == "anon_inode:[pidfd]")
+
+
+def _link(fd: Path) -> str:
+    try:
+        return os.readlink(fd)
+    except OSError:  # the directory's own descriptor, closed once listed
+        return ""
 
 
 async def test_a_cancelled_wait_then_a_wait_after_exit_leaves_the_next_process_watched(tmp_path: Path) -> None:
@@ -81,6 +90,6 @@ async def test_stop_group_closes_the_pidfd_of_a_process_that_ended_under_a_cance
     procs.signal_group(process.pid, 9)
     until_zombie(process.pid)
     assert process.returncode == -9
-    open_before = len(os.listdir("/proc/self/fd"))
+    open_before = open_pidfds()
     assert await procs.stop_group(process, 1.0) == -9
-    assert len(os.listdir("/proc/self/fd")) == open_before - 1, "the stopped process's pidfd stayed open"
+    assert open_pidfds() == open_before - 1, "the stopped process's pidfd stayed open"

@@ -68,6 +68,7 @@ class AdmissionClient:
         self._mine: set[str] = set()
         self._renew_sent: dict[str, int] = {}  # request id -> lease revision a renewal was sent for
         self._giving_back: set[str] = set()  # released or cancelled with confirmation, not yet answered
+        self._sending: set[asyncio.Future[None]] = set()  # unconfirmed releases whose delivery nobody awaits
         # Given back while no singleton could be reached: no confirmation will come (closing only,
         # so never carried across continue-as-new).
         self._unanswered: set[str] = set()
@@ -183,6 +184,19 @@ class AdmissionClient:
         signal is delivered the requester records the release itself (`decisions`)."""
         await self._give_back("release", ReleaseBatch, request_ids, confirm)
 
+    def release_in_background(self, request_ids: Iterable[str]) -> None:
+        """`release(confirm=False)` without waiting for the signal's delivery: the caller goes on,
+        and the release is recorded once delivered, which bumps `version`. Giving everything back
+        waits for these first, so it never sends again what one of them is delivering."""
+        sending = asyncio.ensure_future(self.release(list(request_ids), confirm=False))
+        self._sending.add(sending)
+        sending.add_done_callback(self._sending.discard)
+
+    @property
+    def sending(self) -> bool:
+        """A background release is still on its way (continuing as new would lose its record)."""
+        return bool(self._sending)
+
     async def cancel(self, request_ids: Iterable[str], *, confirm: bool = True) -> None:
         """Withdraw requests (queued or admitted); `confirm` as for `release`."""
         await self._give_back("cancel", CancelBatch, request_ids, confirm)
@@ -223,6 +237,7 @@ class AdmissionClient:
         """Release what is admitted, cancel what is still waiting, and wait for the confirmation
         (which then shows in `decisions`). `confirm_within=None` asks for no confirmation: for a
         requester that closes next and has no use for one."""
+        await asyncio.gather(*self._sending)  # recorded once delivered: then not sent again below
         self._stopped = True
         live = ("admitted", "queued", None)
         confirm = confirm_within is not None

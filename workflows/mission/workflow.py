@@ -117,7 +117,6 @@ class MissionWorkflow:
         self._running: set[str] = set()  # child workflows started and not yet ended
         self._ended: set[str] = set()
         self._released: set[str] = set()
-        self._releases: list[asyncio.Future[None]] = []  # unconfirmed releases, until their signal is delivered
         # Attempts (workflows.mission.attempts; the ledger numbers them):
         self._requests: dict[str, str] = {}  # child -> its admission request, when not attempt 1's
         self._stops: dict[str, AttemptStop] = {}  # running attempts stopped because their lease went
@@ -324,7 +323,7 @@ class MissionWorkflow:
             not self._stop_requested
             and (info.is_continue_as_new_suggested() or info.get_current_history_length() >= self._input.max_history_events)
             and workflow.all_handlers_finished()
-            and all(release.done() for release in self._releases)
+            and not self._admission.sending
             and not self._waiting()
             and all(self._child_specs[child_id].long_lived for child_id in self._running)
         )
@@ -621,19 +620,14 @@ class MissionWorkflow:
         for the signal's delivery: the pass goes on, and the admission client records each release
         once its signal is delivered, which wakes the next pass. An answer would cost a signal each
         way and a pass, and each wait a workflow task; closing waited for the last ones. Closing
-        and continuing as new wait for what is still in flight (`_releases_delivered`)."""
+        (`give_back_everything`) and continuing as new wait for what is still on its way."""
         done = sorted(self._ended - self._released)
         if not done:
             return
         self._released.update(done)
         held = set(self._admission.held())
         release = [self._request_id(cid) for cid in done if self._request_id(cid) in held]
-        if release:
-            self._releases = [r for r in self._releases if not r.done()]
-            self._releases.append(asyncio.ensure_future(self._admission.release(release, confirm=False)))
-
-    async def _releases_delivered(self) -> None:
-        await asyncio.gather(*self._releases)
+        self._admission.release_in_background(release)
 
     def _waiting(self) -> bool:
         """Children that were routed but have neither ended nor been started yet."""
@@ -670,7 +664,6 @@ class MissionWorkflow:
         # unconfirmed; what is left (requests never started or still queued) waits for the answer.
         # Confirming the ended ones too cost a fan-out a signal each way and one more snapshot.
         self._release_ended()
-        await self._releases_delivered()
         await self._admission.give_back_everything()
         self._fold_decisions()
         await self._snapshot(flush=True)
