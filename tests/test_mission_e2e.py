@@ -17,6 +17,8 @@ from tests.mission_harness import POLICY, mission_harness, process_alive
 from tests.substrate_fixtures import substrate, substrate_tasks  # noqa: F401  (fixture)
 from worker.cli import run as run_cli
 from worker.mission_control import parse_spec
+from workflows.ids import mission_workflow_id
+from workflows.mission.workflow import SNAPSHOT_INTERVAL
 from workflows.workload.client import workload_workflow_id
 from workflows.workload.record import fleet_child_id
 
@@ -44,17 +46,49 @@ async def test_all_pass_mission_on_distinct_targets(dev_client: Client, substrat
         assert final.parent_state == "completed"
         assert all(child.admission.state == "released" for child in final.children)
         history = SqliteLedgerStore(h.config.ledger_db).history(spec.mission_id)
-        assert len(history) >= 3 and [ref.seq for ref in history] == sorted(ref.seq for ref in history)
+        # The plan's snapshot, then the closing one: the children's words came within the interval.
+        assert [ref.seq for ref in history] == sorted(ref.seq for ref in history) and len(history) >= 2
         assert history[-1].seq == final.snapshot_seq  # the closing snapshot is the final ledger
-        # Snapshots are written in the background, one at a time: never two writes in flight.
-        writes: set[int] = set()
-        for event in (await h.control.handle(spec.mission_id).fetch_history()).events:
+
+
+async def test_background_snapshots_are_coalesced_and_closing_writes_the_last(dev_client: Client, substrate, tmp_path):
+    """Children ending over about three seconds change the ledger five times; the background
+    writer writes one at a time and starts them SNAPSHOT_INTERVAL apart, so the store holds fewer
+    snapshots than there were changes, each one whole, the closing one the final ledger."""
+    async with mission_harness(dev_client, substrate, tmp_path) as h:
+        spec = parse_spec(h.spec("coalesced", [
+            one_shot(f"s{i}", f"sleep {delay}; echo {i}") for i, delay in enumerate((0.4, 0.8, 1.2, 2.6, 3.0))
+        ], require_distinct_targets=False))
+        final = await h.control.run(spec)
+        assert final.parent_state == "completed", final.aggregation.reason
+        final = await h.control.handle(spec.mission_id).result()
+        store = SqliteLedgerStore(h.config.ledger_db)
+        seqs = [ref.seq for ref in store.history(spec.mission_id)]
+        assert seqs[-1] == final.snapshot_seq and len(seqs) < final.snapshot_seq, seqs
+        assert store.get(spec.mission_id, seqs[-1]) == final
+        scheduled: dict[int, float] = {}  # background writes: scheduled event id -> when
+        in_flight: set[int] = set()
+        for event in await _events_of_every_run(dev_client, mission_workflow_id(spec.mission_id)):
             if event.HasField("activity_task_scheduled_event_attributes"):
                 if event.activity_task_scheduled_event_attributes.activity_type.name == "write_ledger_snapshot":
-                    writes.add(event.event_id)
-                    assert len(writes) == 1, "two ledger snapshot writes in flight"
+                    in_flight.add(event.event_id)
+                    assert len(in_flight) == 1, "two ledger snapshot writes in flight"
+                    scheduled[event.event_id] = event.event_time.ToDatetime().timestamp()
             elif event.HasField("activity_task_completed_event_attributes"):
-                writes.discard(event.activity_task_completed_event_attributes.scheduled_event_id)
+                in_flight.discard(event.activity_task_completed_event_attributes.scheduled_event_id)
+        starts = sorted(scheduled.values())
+        assert len(starts) >= 2, "the plan's snapshot and at least one child's word in the background"
+        gaps = [later - earlier for earlier, later in zip(starts, starts[1:])]
+        assert min(gaps) >= SNAPSHOT_INTERVAL.total_seconds() - 0.3, gaps  # back to back, they were 0.4 s apart
+
+
+async def _events_of_every_run(client: Client, workflow_id: str) -> list:
+    """The events of every run of `workflow_id`, oldest run first (a mission may continue as new)."""
+    runs = [execution async for execution in client.list_workflows(f'WorkflowId = "{workflow_id}"')]
+    events = []
+    for execution in sorted(runs, key=lambda execution: execution.start_time):
+        events += (await client.get_workflow_handle(workflow_id, run_id=execution.run_id).fetch_history()).events
+    return events
 
 
 async def test_quorum_met_despite_failures(dev_client: Client, substrate, tmp_path):

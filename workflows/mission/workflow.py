@@ -30,7 +30,7 @@ cannot be signalled (`workflows.workload.workflow`).
 from __future__ import annotations
 
 import asyncio
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy, SearchAttributePair, TypedSearchAttributes
@@ -86,6 +86,13 @@ SILENCE_BEFORE_ASKING = timedelta(seconds=10)
 # A snapshot write takes milliseconds; one lost with a killed worker holds back the next write,
 # and the closing one, until this timeout says so (found by the chaos suite: 30 s at closing).
 SNAPSHOT_WRITE_TIMEOUT = timedelta(seconds=10)
+# Background snapshots start at least this far apart (closing and continuing as new write at
+# once): each is the whole ledger (about 1.9 KB a child), and a fan-out changes it with every
+# child's last word. Written back to back, a 100-child mission stored six to eight snapshots of up
+# to 190 KB in three seconds, each also an activity input in its history; a 1,000-child mission
+# busy for an hour would store gigabytes. Queries (`conductor mission show`, `watch`) read the
+# live ledger, not the store.
+SNAPSHOT_INTERVAL = timedelta(seconds=2)
 
 
 def _failure_text(error: BaseException) -> str:
@@ -129,6 +136,8 @@ class MissionWorkflow:
         self._written_seq = -1
         self._folded: dict[str, AdmissionDecision] = {}  # child -> the decision last folded into its ledger
         self._writing = False
+        self._written_at: datetime | None = None  # when the last snapshot write started
+        self._flushing = False  # a flush waits: the background writer stops waiting out the interval
         self._closing = False
         self._shown_state: str | None = None
         if input.carried is not None:
@@ -711,11 +720,14 @@ class MissionWorkflow:
 
     async def _snapshot(self, *, flush: bool = False) -> None:
         """Write the ledger if it changed: handed to the one background writer, so a pass never
-        waits for a write (a write in flight holds back only the next one, which then takes the
-        latest ledger); or, when `flush` (before closing or continuing as new), written at once
-        after any write in flight, as a local activity: nothing else is left to run by then."""
+        waits for a write (a write in flight or the interval between writes holds back only the
+        next one, which then takes the latest ledger); or, when `flush` (before closing or
+        continuing as new), written at once after any write in flight, as a local activity:
+        nothing else is left to run by then."""
         if flush:
+            self._flushing = True
             await workflow.wait_condition(lambda: not self._writing)
+            self._flushing = False
             await self._write_changed_ledger(local=True)
         elif not self._writing and self._ledger.snapshot_seq != self._written_seq:
             self._writing = True
@@ -723,12 +735,28 @@ class MissionWorkflow:
 
     async def _write_in_background(self) -> None:
         try:
-            # Closing writes the last ledger itself: chasing the changes it makes meanwhile
-            # (releases recorded, decisions folded) would cost a write each.
-            while self._ledger.snapshot_seq != self._written_seq and not self._closing:
-                await self._write_changed_ledger()
+            # A flush (closing, continuing as new) writes the latest ledger itself: chasing the
+            # changes closing makes meanwhile (releases recorded, decisions folded) would cost a
+            # write each.
+            while self._ledger.snapshot_seq != self._written_seq and not (self._closing or self._flushing):
+                wait = self._until_next_write()
+                if wait <= timedelta(0):
+                    await self._write_changed_ledger()
+                    continue
+                try:
+                    await workflow.wait_condition(
+                        lambda: self._closing or self._flushing,
+                        timeout=wait, timeout_summary="next ledger snapshot",
+                    )
+                except asyncio.TimeoutError:
+                    pass
         finally:
             self._writing = False
+
+    def _until_next_write(self) -> timedelta:
+        if self._written_at is None:
+            return timedelta(0)
+        return self._written_at + SNAPSHOT_INTERVAL - workflow.now()
 
     async def _write_changed_ledger(self, *, local: bool = False) -> None:
         if self._ledger.snapshot_seq == self._written_seq:
@@ -737,6 +765,7 @@ class MissionWorkflow:
         # The summary shows on the workflow page's timeline: where waiting children stand goes there too.
         summary = f"ledger snapshot {ledger.snapshot_seq} ({ledger.parent_state}{self._queued_text(at_most=2)})"[:240]
         timeout = SNAPSHOT_WRITE_TIMEOUT
+        self._written_at = workflow.now()
         if local:
             await workflow.execute_local_activity(
                 WRITE_LEDGER_SNAPSHOT_ACTIVITY, ledger, result_type=SnapshotRef, start_to_close_timeout=timeout, summary=summary,
