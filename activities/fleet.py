@@ -431,20 +431,23 @@ class FleetActivities:
         admission refused for good fails the call.
         """
         admitted = await self.admit_workload(AdmitWorkload(record=request.record))
+        as_admitted = AdmittedAndDispatched(replayed=admitted.replayed, record=admitted.record)
         if admitted.record.lineage.task_id is not None or finished(admitted.record):
-            return AdmittedAndDispatched(admitted=admitted)
+            return as_admitted
         try:
             dispatched = await self._dispatch_and_read(request.dispatch, admitted.record)
         except ApplicationError as error:
             if not error.non_retryable:
                 raise
-            return AdmittedAndDispatched(admitted=admitted, dispatch_refused=Refusal(type=error.type, message=error.message))
+            return as_admitted.model_copy(update={"dispatch_refused": Refusal(type=error.type, message=error.message)})
         if dispatched.task.state == "rejected" and dispatched.record.lineage.task_id is None:
             # The record could not start a task (it ended, or an operator stopped it, meanwhile).
             # Bound to another task instead, it goes back as dispatched, for the workflow to adopt.
             reason = dispatched.task.status_text or "the executor rejected the task"
-            return AdmittedAndDispatched(admitted=admitted, dispatch_refused=Refusal(type=TASK_REJECTED, message=reason))
-        return AdmittedAndDispatched(admitted=admitted, dispatched=dispatched)
+            return as_admitted.model_copy(update={"dispatch_refused": Refusal(type=TASK_REJECTED, message=reason)})
+        return AdmittedAndDispatched(
+            replayed=admitted.replayed, record=dispatched.record, task=dispatched.task, output=dispatched.output,
+        )
 
     @activity.defn(name=READ_OUTPUT)
     async def read_output(self, request: TaskRef) -> TaskOutput:

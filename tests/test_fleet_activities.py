@@ -276,14 +276,13 @@ async def test_admit_and_dispatch_starts_a_workload_once_and_a_retry_re_adopts_i
     child = new_child("start")
     request = admit_and_dispatch_request(child)
     first = await run(fleet_activities.admit_and_dispatch, request)
-    assert first.admitted.replayed is False and first.dispatch_refused is None
-    assert first.dispatched is not None and first.dispatched.record is not None
-    assert first.dispatched.record.lineage.task_id == first.dispatched.task.task_id
+    assert first.replayed is False and first.dispatch_refused is None
+    assert first.task is not None and first.record.lineage.task_id == first.task.task_id  # read back, bound
     # A retry (its answer lost): the admission replays, finds the record bound, dispatches nothing.
     again = await run(fleet_activities.admit_and_dispatch, request)
-    assert again.admitted.replayed is True and again.dispatched is None
-    assert again.admitted.record.lineage.task_id == first.dispatched.task.task_id
-    assert [t["task_id"] for t in substrate_tasks(substrate, child)] == [first.dispatched.task.task_id]
+    assert again.replayed is True and again.task is None
+    assert again.record.lineage.task_id == first.task.task_id
+    assert [t["task_id"] for t in substrate_tasks(substrate, child)] == [first.task.task_id]
 
 
 async def test_admit_and_dispatch_returns_a_refused_dispatch_and_raises_a_refused_admission(
@@ -292,7 +291,7 @@ async def test_admit_and_dispatch_returns_a_refused_dispatch_and_raises_a_refuse
     child = new_child("refused")
     refused = await run(fleet_activities.admit_and_dispatch, admit_and_dispatch_request(child, instance_id="nowhere"))
     # Admitted, so the workflow can write the refusal onto the record; nothing was dispatched.
-    assert refused.admitted.record.status.observed_state == "admitted" and refused.dispatched is None
+    assert refused.record.status.observed_state == "admitted" and refused.task is None
     assert refused.dispatch_refused is not None and refused.dispatch_refused.type == "instance.not_found"
     assert "nowhere" in refused.dispatch_refused.message and substrate_tasks(substrate, child) == []
 
@@ -364,7 +363,7 @@ async def test_admit_and_dispatch_returns_a_rejected_task_as_a_refusal(fleet_act
     request = admit_and_dispatch_request(child)
     stopped = request.record.model_copy(update={"spec": request.record.spec.model_copy(update={"desired_state": "stopped"})})
     result = await run(fleet_activities.admit_and_dispatch, request.model_copy(update={"record": stopped}))
-    assert result.dispatched is None and result.dispatch_refused is not None
+    assert result.task is None and result.dispatch_refused is not None
     assert result.dispatch_refused.type == "executor.task_rejected"
     assert "desired_state 'stopped'" in result.dispatch_refused.message
     assert [t["state"] for t in substrate_tasks(substrate, child)] == ["rejected"]

@@ -10,6 +10,7 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 
+from activities.ledger_store import SqliteLedgerStore
 from tests.mission_harness import mission_harness
 from tests.substrate_fixtures import substrate, substrate_tasks  # noqa: F401  (fixture)
 from worker.mission_control import parse_spec
@@ -81,10 +82,14 @@ async def test_a_mission_renews_its_leases_as_a_requester_and_hears_nothing_back
         singleton = dev_client.get_workflow_handle(admission_workflow_id(spec.host_group))
 
         async def settled():
-            # Both children up and their ledger written (no snapshot write in flight): from here
-            # on, renewal rounds are the only thing going on.
+            # Both children up and their ledger written (stored, and no snapshot write in flight or
+            # waiting out the interval between writes): from here on, renewal rounds are the only
+            # thing going on.
             ledger = await h.control.show(spec.mission_id)
             if any(ledger.child(child["child_id"]).observed_state not in UP for child in CHILDREN):
+                return None
+            stored = SqliteLedgerStore(h.config.ledger_db).latest(spec.mission_id)
+            if stored is None or stored.snapshot_seq != ledger.snapshot_seq:
                 return None
             events = await _chain(dev_client, handle.id)
             scheduled = _count(events, EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED)

@@ -295,8 +295,8 @@ async def test_a_second_run_of_the_same_workload_re_adopts_the_bound_task(
     second_calls = await activity_calls(second)
     # It admitted (an identical replay) and found the task bound: the one call that starts a
     # workload dispatched nothing, and nothing else dispatched either.
-    assert second_calls[0][0] == "admit_and_dispatch" and second_calls[0][1]["dispatched"] is None
-    assert second_calls[0][1]["admitted"]["record"]["lineage"]["task_id"] == tasks[0]["task_id"]
+    assert second_calls[0][0] == "admit_and_dispatch" and second_calls[0][1]["task"] is None
+    assert second_calls[0][1]["replayed"] and second_calls[0][1]["record"]["lineage"]["task_id"] == tasks[0]["task_id"]
     assert not {"dispatch_task", "dispatch_and_read"} & {name for name, _ in second_calls}
     await assert_replays(second)
 

@@ -73,6 +73,7 @@ class AdmissionClient:
         # so never carried across continue-as-new).
         self._unanswered: set[str] = set()
         self._version = 0  # bumped on every decision batch; waiters compare, never reset
+        self._renewal_timer: tuple[datetime, asyncio.Task[None]] | None = None  # the next renewal's due time
         # request id -> how many times its lease was taken away, and the decision that last did:
         # a requester compares the count with the one it started work under, since a lease taken
         # away can be granted again (a new lease) before the requester hears of it.
@@ -260,9 +261,15 @@ class AdmissionClient:
 
     async def keep_leases_alive(self) -> None:
         """Renew every held lease at a third of its TTL with one timer; run it as a task."""
-        if self.renewal == "requester":
-            await self._renew_as_requester()
-            return
+        try:
+            if self.renewal == "requester":
+                await self._renew_as_requester()
+            else:
+                await self._renew_by_name()
+        finally:
+            self._keep_renewal_timer(None)
+
+    async def _renew_by_name(self) -> None:
         while not self._stopped:
             due = self._renewals_due()
             if not await self._wait_until(due):
@@ -355,17 +362,26 @@ class AdmissionClient:
         def changed() -> bool:
             return self._version != seen or self._stopped
 
-        if due is None:
-            await workflow.wait_condition(changed)
-            return False
-        wait = due - workflow.now()
-        if wait <= timedelta(0):
+        timer = self._keep_renewal_timer(due)
+        if due is not None and (timer is None or timer.done()):
             return True
-        try:
-            await workflow.wait_condition(changed, timeout=wait, timeout_summary="next lease renewal")
-        except asyncio.TimeoutError:
-            return True
-        return False
+        await workflow.wait_condition(lambda: changed() or (timer is not None and timer.done()))
+        return timer is not None and timer.done()
+
+    def _keep_renewal_timer(self, due: datetime | None) -> asyncio.Task[None] | None:
+        """The timer for `due`, kept across the waits that end early (a decision arrived, a release
+        was recorded) while `due` stays put: a timer started and cancelled by every such wait cost
+        a 100-child fan-out twenty events. None once `due` has come (or is None)."""
+        if self._renewal_timer is not None and self._renewal_timer[0] == due:
+            return self._renewal_timer[1]
+        if self._renewal_timer is not None:
+            self._renewal_timer[1].cancel()
+            self._renewal_timer = None
+        if due is None or due <= workflow.now():
+            return None
+        timer = asyncio.ensure_future(workflow.sleep(due - workflow.now(), summary="next lease renewal"))
+        self._renewal_timer = (due, timer)
+        return timer
 
     async def _signal(self, name: str, payload: object, *, expect_failure: bool = False) -> bool:
         """Signal the singleton; False (logged) when it cannot be reached."""

@@ -226,8 +226,14 @@ class Refusal(_Message):
 
 
 class AdmittedAndDispatched(_Message):
-    admitted: Admitted
-    dispatched: Dispatched | None = None  # None: the record names a task already, or has ended, or refused
+    """`admit_and_dispatch`'s answer, with one record: as admitted, or as read back after the
+    dispatch (its local activity's result is a marker in every workload's history, and the
+    admitted record beside the read-back one was a third of it)."""
+
+    replayed: bool  # an identical record was admitted before
+    record: WorkloadRecord
+    task: TaskView | None = None  # dispatched; None: the record names a task already, or has ended, or refused
+    output: TaskOutput | None = None  # the dispatched task's text, once the record promises some
     # Refused for good (an error no retry fixes), or a task the executor rejected (`executor.task_rejected`).
     dispatch_refused: Refusal | None = None
 

@@ -222,8 +222,8 @@ class WorkloadWorkflow:
             )
             await self._send(observation)
             return observation
-        if started.admitted.replayed:
-            revision = started.admitted.record.status.revision
+        if started.replayed:
+            revision = started.record.status.revision
             workflow.logger.info("workload %s was admitted before (revision %d)", self._child_id, revision)
         return started
 
@@ -240,27 +240,25 @@ class WorkloadWorkflow:
 
     async def _start(self, started: AdmittedAndDispatched) -> WorkloadRecord:
         """Bind the task `admit_and_dispatch` dispatched, or re-adopt the one the record already names."""
-        record = started.admitted.record
-        if record.lineage.task_id is not None:
-            self._task_id = record.lineage.task_id
-            workflow.logger.info("re-adopting task %s of %s: not dispatching again", self._task_id, self._child_id)
-            return record
-        if finished(record):
-            return record
-        if started.dispatch_refused is not None:
+        record, task = started.record, started.task
+        if task is None:  # nothing was dispatched: the record as admitted
+            if record.lineage.task_id is not None:
+                self._task_id = record.lineage.task_id
+                workflow.logger.info("re-adopting task %s of %s: not dispatching again", self._task_id, self._child_id)
+                return record
+            if finished(record):
+                return record
             refusal = started.dispatch_refused
+            assert refusal is not None  # admit_and_dispatch dispatches whenever the checks above pass
             return await self._fail(record, refusal.type or "executor.rejected", f"dispatch refused: {refusal.message}")
-        dispatched = started.dispatched
-        assert dispatched is not None  # admit_and_dispatch dispatches whenever the checks above pass
         # Read right after the dispatch: usually bound by the executor already (nothing left to
         # write), and a short task may have ended too, its text read in the same call.
-        task, record = dispatched.task, dispatched.record
         if task.state == "rejected":  # another dispatch bound the record meanwhile: adopt its task
             self._task_id = record.lineage.task_id
             return record
         self._task_id = task.task_id
-        if dispatched.output is not None:
-            self._output, self._output_sha256 = dispatched.output.output, output_version(record)
+        if started.output is not None:
+            self._output, self._output_sha256 = started.output.output, output_version(record)
         return await self._bind(record, task)
 
     async def _bind(self, record: WorkloadRecord, task: TaskView) -> WorkloadRecord:
