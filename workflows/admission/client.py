@@ -371,7 +371,7 @@ class AdmissionClient:
     def _keep_renewal_timer(self, due: datetime | None) -> asyncio.Task[None] | None:
         """The timer for `due`, kept across the waits that end early (a decision arrived, a release
         was recorded) while `due` stays put: a timer started and cancelled by every such wait cost
-        a 100-child fan-out twenty events. None once `due` has come (or is None)."""
+        a 100-child fan-out about twenty events. None once `due` has come (or is None)."""
         if self._renewal_timer is not None and self._renewal_timer[0] == due:
             return self._renewal_timer[1]
         if self._renewal_timer is not None:

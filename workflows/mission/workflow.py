@@ -658,7 +658,7 @@ class MissionWorkflow:
 
     def _set_alarm(self, at: datetime | None) -> None:
         """One timer for the next lease expiry, kept while that expiry stays put: a timer started
-        by every pass and cancelled by the next cost a 100-child fan-out thirty events."""
+        by every pass and cancelled by the next cost a 100-child fan-out about ten events."""
         if at == self._alarm_at and self._alarm is not None and not self._alarm.done():
             return
         if self._alarm is not None:
