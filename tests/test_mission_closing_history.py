@@ -61,3 +61,21 @@ def test_the_ended_childs_lease_goes_back_unconfirmed_and_the_queued_request_wit
     assert [release["confirm"] for release in releases] == [False]
     assert releases[0]["request_ids"] == ["recorded-urgent:broken"]
     assert [cancel["confirm"] for cancel in _signals(events, "cancel")] == [True]
+
+
+def test_every_ledger_write_of_every_recorded_mission_is_a_scheduled_activity() -> None:
+    """Never a local activity: one runs before its marker is recorded, so a workflow task lost
+    after the write ran it again with what the retried task had folded meanwhile, under the same
+    snapshot seq, and the store refused the changed content (a mission failed that way in CI,
+    tests/test_mission_attempts.py, its worker stopped mid-task). A scheduled write's input is in
+    the history before it runs."""
+    histories = sorted(HISTORY.parent.glob("mission-*.json"))
+    assert histories
+    for path in histories:
+        events = json.loads(path.read_text())["events"]
+        local = [
+            event["eventId"] for event in events if event["eventType"] == "EVENT_TYPE_MARKER_RECORDED"
+            and _payload(event["markerRecordedEventAttributes"]["details"]["data"])["activity_type"] == "write_ledger_snapshot"
+        ]
+        assert not local, f"{path.name}: ledger written by a local activity (events {local})"
+        assert _ledger_writes(events) >= 1, path.name

@@ -735,13 +735,12 @@ class MissionWorkflow:
         """Write the ledger if it changed: handed to the one background writer, so a pass never
         waits for a write (a write in flight or the interval between writes holds back only the
         next one, which then takes the latest ledger); or, when `flush` (before closing or
-        continuing as new), written at once after any write in flight, as a local activity:
-        nothing else is left to run by then."""
+        continuing as new), written at once after any write in flight."""
         if flush:
             self._flushing = True
             await workflow.wait_condition(lambda: not self._writing)
             self._flushing = False
-            await self._write_changed_ledger(local=True)
+            await self._write_changed_ledger()
         elif not self._writing and self._ledger.snapshot_seq != self._written_seq:
             self._writing = True
             asyncio.ensure_future(self._write_in_background())
@@ -771,7 +770,12 @@ class MissionWorkflow:
             return timedelta(0)
         return self._written_at + SNAPSHOT_INTERVAL - workflow.now()
 
-    async def _write_changed_ledger(self, *, local: bool = False) -> None:
+    async def _write_changed_ledger(self) -> None:
+        """Always a scheduled activity, never a local one: a local activity runs before its marker
+        is recorded, so a workflow task lost after the write (a worker killed) runs it again with
+        whatever the retried task folded meanwhile, under the same snapshot seq, and the store
+        refuses the changed content (`ledger.immutable_snapshot`, which failed a mission in CI).
+        A scheduled write's input is in the history before it runs."""
         if self._ledger.snapshot_seq == self._written_seq:
             return
         ledger = self._ledger
@@ -779,14 +783,9 @@ class MissionWorkflow:
         summary = f"ledger snapshot {ledger.snapshot_seq} ({ledger.parent_state}{self._queued_text(at_most=2)})"[:240]
         timeout = SNAPSHOT_WRITE_TIMEOUT
         self._written_at = workflow.now()
-        if local:
-            await workflow.execute_local_activity(
-                WRITE_LEDGER_SNAPSHOT_ACTIVITY, ledger, result_type=SnapshotRef, start_to_close_timeout=timeout, summary=summary,
-            )
-        else:
-            await workflow.execute_activity(
-                WRITE_LEDGER_SNAPSHOT_ACTIVITY, ledger, result_type=SnapshotRef, start_to_close_timeout=timeout, summary=summary,
-            )
+        await workflow.execute_activity(
+            WRITE_LEDGER_SNAPSHOT_ACTIVITY, ledger, result_type=SnapshotRef, start_to_close_timeout=timeout, summary=summary,
+        )
         self._written_seq = ledger.snapshot_seq
 
     def _publish(self, *, closing: bool = False) -> None:
