@@ -22,6 +22,15 @@ from workflows.admission.model import AdmissionPolicy
 POLICY = AdmissionPolicy(max_concurrent=8, runtime_quotas={"host": 8}, lease_ttl_seconds=30)
 
 
+async def events_of_every_run(client: Client, workflow_id: str) -> list:
+    """Every event of every run of `workflow_id` (a mission may continue as new), oldest run first."""
+    runs = [run async for run in client.list_workflows(f'WorkflowId = "{workflow_id}"')]
+    events = []
+    for run in sorted(runs, key=lambda run: run.start_time):
+        events.extend((await client.get_workflow_handle(workflow_id, run_id=run.run_id).fetch_history()).events)
+    return events
+
+
 def process_alive(pid: object) -> bool:
     if not isinstance(pid, int):
         return False

@@ -40,6 +40,7 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from activities.ledger_store import snapshot_ref
 from activities.postgres_stores import PostgresDatabase, PostgresLedgerStore
 from substrate.server import RunningSubstrate
+from tests.mission_harness import events_of_every_run
 from tests.substrate_fixtures import substrate  # noqa: F401  (fixture)
 from tests.substrate_support import EXECUTOR_TOKEN, FLEET_TOKEN
 from worker.mission_control import MissionControl, parse_spec
@@ -176,16 +177,6 @@ def _spec(mission_id: str, host_group: str, runs: Path, seconds: float) -> dict:
     }
 
 
-async def _history(client: Client, workflow_id: str) -> list:
-    """Every event of every run of `workflow_id` (a mission may continue as new), oldest run first."""
-    runs = [run async for run in client.list_workflows(f'WorkflowId = "{workflow_id}"')]
-    events = []
-    for run in sorted(runs, key=lambda run: run.start_time):
-        history = await client.get_workflow_handle(workflow_id, run_id=run.run_id).fetch_history()
-        events.extend(history.events)
-    return events
-
-
 async def _requested_writes(events: list) -> dict[int, str]:
     """seq -> content hash of every ledger snapshot the mission asked an activity to write."""
     wanted: dict[int, str] = {}
@@ -298,7 +289,7 @@ async def test_missions_across_three_workers_survive_kills_with_one_store(
             seqs = [ref.seq for ref in refs]
             assert seqs == sorted(set(seqs)) and seqs[0] == 0, (mission_id, seqs)
             stored = {ref.seq: ref.content_hash for ref in refs}
-            events = await _history(dev_client, mission_workflow_id(mission_id))
+            events = await events_of_every_run(dev_client, mission_workflow_id(mission_id))
             wanted = await _requested_writes(events)
             takers[mission_id] = _task_pids(events)
             gaps += sum(b - a - 1 for a, b in zip(seqs, seqs[1:]))
@@ -318,7 +309,7 @@ async def test_missions_across_three_workers_survive_kills_with_one_store(
     for mission_id in missions:
         for n in range(CHILDREN):
             workload_id = workload_workflow_id(mission_id, f"c{n}")
-            takers[workload_id] = _task_pids(await _history(dev_client, workload_id))
+            takers[workload_id] = _task_pids(await events_of_every_run(dev_client, workload_id))
     killed_pids = {w.process.pid for w in fleet.workers if w.name in killed and w.process is not None}
     moved = [
         workflow_id for workflow_id, pids in takers.items()

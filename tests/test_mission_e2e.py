@@ -13,7 +13,7 @@ from temporalio.exceptions import is_cancelled_exception
 from temporalio.service import RPCError
 
 from activities.ledger_store import SqliteLedgerStore
-from tests.mission_harness import POLICY, mission_harness, process_alive
+from tests.mission_harness import POLICY, events_of_every_run, mission_harness, process_alive
 from tests.substrate_fixtures import substrate, substrate_tasks  # noqa: F401  (fixture)
 from worker.cli import run as run_cli
 from worker.mission_control import parse_spec
@@ -68,7 +68,7 @@ async def test_background_snapshots_are_coalesced_and_closing_writes_the_last(de
         assert store.get(spec.mission_id, seqs[-1]) == final
         scheduled: dict[int, float] = {}  # snapshot writes: scheduled event id -> when
         in_flight: set[int] = set()
-        for event in await _events_of_every_run(dev_client, mission_workflow_id(spec.mission_id)):
+        for event in await events_of_every_run(dev_client, mission_workflow_id(spec.mission_id)):
             if event.HasField("activity_task_scheduled_event_attributes"):
                 if event.activity_task_scheduled_event_attributes.activity_type.name == "write_ledger_snapshot":
                     in_flight.add(event.event_id)
@@ -81,15 +81,6 @@ async def test_background_snapshots_are_coalesced_and_closing_writes_the_last(de
         background = starts[:-1]  # closing cuts the interval short
         gaps = [later - earlier for earlier, later in zip(background, background[1:])]
         assert min(gaps) >= SNAPSHOT_INTERVAL.total_seconds() - 0.3, gaps  # back to back, they were 0.4 s apart
-
-
-async def _events_of_every_run(client: Client, workflow_id: str) -> list:
-    """The events of every run of `workflow_id`, oldest run first (a mission may continue as new)."""
-    runs = [execution async for execution in client.list_workflows(f'WorkflowId = "{workflow_id}"')]
-    events = []
-    for execution in sorted(runs, key=lambda execution: execution.start_time):
-        events += (await client.get_workflow_handle(workflow_id, run_id=execution.run_id).fetch_history()).events
-    return events
 
 
 async def test_quorum_met_despite_failures(dev_client: Client, substrate, tmp_path):

@@ -33,6 +33,8 @@ from typing import Literal
 
 from temporalio import workflow
 
+from workflows.timers import KeptTimer
+
 with workflow.unsafe.imports_passed_through():
     from workflows.admission.messages import (
         DECISION_SIGNAL,
@@ -73,7 +75,7 @@ class AdmissionClient:
         # so never carried across continue-as-new).
         self._unanswered: set[str] = set()
         self._version = 0  # bumped on every decision batch; waiters compare, never reset
-        self._renewal_timer: tuple[datetime, asyncio.Task[None]] | None = None  # the next renewal's due time
+        self._renewal_timer = KeptTimer("next lease renewal")
         # request id -> how many times its lease was taken away, and the decision that last did:
         # a requester compares the count with the one it started work under, since a lease taken
         # away can be granted again (a new lease) before the requester hears of it.
@@ -267,7 +269,7 @@ class AdmissionClient:
             else:
                 await self._renew_by_name()
         finally:
-            self._keep_renewal_timer(None)
+            self._renewal_timer.cancel()
 
     async def _renew_by_name(self) -> None:
         while not self._stopped:
@@ -362,26 +364,12 @@ class AdmissionClient:
         def changed() -> bool:
             return self._version != seen or self._stopped
 
-        timer = self._keep_renewal_timer(due)
+        # Kept across the waits that end early (a decision arrived, a release was recorded).
+        timer = self._renewal_timer.at(due)
         if due is not None and (timer is None or timer.done()):
             return True
         await workflow.wait_condition(lambda: changed() or (timer is not None and timer.done()))
         return timer is not None and timer.done()
-
-    def _keep_renewal_timer(self, due: datetime | None) -> asyncio.Task[None] | None:
-        """The timer for `due`, kept across the waits that end early (a decision arrived, a release
-        was recorded) while `due` stays put: a timer started and cancelled by every such wait cost
-        a 100-child fan-out about twenty events. None once `due` has come (or is None)."""
-        if self._renewal_timer is not None and self._renewal_timer[0] == due:
-            return self._renewal_timer[1]
-        if self._renewal_timer is not None:
-            self._renewal_timer[1].cancel()
-            self._renewal_timer = None
-        if due is None or due <= workflow.now():
-            return None
-        timer = asyncio.ensure_future(workflow.sleep(due - workflow.now(), summary="next lease renewal"))
-        self._renewal_timer = (due, timer)
-        return timer
 
     async def _signal(self, name: str, payload: object, *, expect_failure: bool = False) -> bool:
         """Signal the singleton; False (logged) when it cannot be reached."""

@@ -38,6 +38,7 @@ from temporalio.exceptions import is_cancelled_exception
 from temporalio.workflow import ChildWorkflowCancellationType, ParentClosePolicy
 
 from workflows.cancellation import raise_if_cancel_requested
+from workflows.timers import KeptTimer
 
 with workflow.unsafe.imports_passed_through():
     from workflows.admission.client import AdmissionClient
@@ -133,8 +134,7 @@ class MissionWorkflow:
         self._over: set[str] = set()  # attempts that ended, to judge once their last word is folded
         self._stop_requested = False
         self._wake = 0
-        self._alarm: asyncio.Task[None] | None = None  # wakes a pass at the next lease expiry
-        self._alarm_at: datetime | None = None
+        self._lease_timer = KeptTimer("next lease expiry")  # wakes a pass at the next lease expiry
         self._written_seq = -1
         self._folded: dict[str, AdmissionDecision] = {}  # child -> the decision last folded into its ledger
         self._writing = False
@@ -310,12 +310,14 @@ class MissionWorkflow:
             # a child ending during a start) must wake the next pass at once: compare with what
             # the pass started from, not with what it ended with.
             raise_if_cancel_requested()  # one that a completed operation swallowed
-            self._set_alarm(self._next_lease_expiry())
-            await workflow.wait_condition(lambda: (self._wake, self._admission.version) != at_start)
+            expiry = self._lease_timer.at(self._next_lease_expiry())
+            await workflow.wait_condition(
+                lambda: (self._wake, self._admission.version) != at_start or (expiry is not None and expiry.done())
+            )
             if self._continue_as_new_due():
                 await self._snapshot(flush=True)  # the next run starts from a stored ledger
                 if self._continue_as_new_due():
-                    self._set_alarm(None)
+                    self._lease_timer.cancel()
                     workflow.continue_as_new(self._carry())
 
     # --- continue-as-new --------------------------------------------------------------------
@@ -656,25 +658,11 @@ class MissionWorkflow:
             return None
         return max(workflow.now() + timedelta(seconds=1), min(expiries))
 
-    def _set_alarm(self, at: datetime | None) -> None:
-        """One timer for the next lease expiry, kept while that expiry stays put: a timer started
-        by every pass and cancelled by the next cost a 100-child fan-out about ten events."""
-        if at == self._alarm_at and self._alarm is not None and not self._alarm.done():
-            return
-        if self._alarm is not None:
-            self._alarm.cancel()
-        self._alarm_at = at
-        self._alarm = None if at is None else asyncio.ensure_future(self._wake_at(at))
-
-    async def _wake_at(self, at: datetime) -> None:
-        await workflow.sleep(at - workflow.now(), summary="next lease expiry")
-        self._wake += 1
-
     # --- closing ----------------------------------------------------------------------------
 
     async def _close(self, why: str) -> None:
         """Stop every live child (runtime tasks included), give back admission, final snapshot."""
-        self._set_alarm(None)
+        self._lease_timer.cancel()
         live = sorted(self._running)
         if live:
             self._details(f"{why}: stopping {len(live)} live children")
