@@ -1,7 +1,7 @@
 """What the admission protocol costs in history events, on the time-skipping server.
 
 A busy singleton spends its time on history events, so the protocol avoids the ones it can:
-submits are plain signals once the singleton runs, a closing requester can give back without
+every submit is one signal-with-start (the first creates the singleton), a closing requester can give back without
 a confirmation, the singleton keeps one standing timer instead of one per pass, and at most
 one audit export is in flight. Each test also checks that nothing was lost on the way.
 """
@@ -24,7 +24,9 @@ async def _event_types(handle) -> list[str]:
     return [EventType.Name(event.event_type).removeprefix("EVENT_TYPE_") for event in history.events]
 
 
-async def test_first_requester_creates_the_singleton_later_ones_just_signal(fresh_time_skipping_env: WorkflowEnvironment, tmp_path):
+async def test_every_submit_is_one_signal_with_start_and_the_first_creates_the_singleton(
+    fresh_time_skipping_env: WorkflowEnvironment, tmp_path,
+):
     policy = AdmissionPolicy(max_concurrent=5, lease_ttl_seconds=60)
     async with admission_harness(fresh_time_skipping_env.client, tmp_path, policy) as h:
         first = await h.start_probe("first", ProbeRequest(request_id="first"), hold_seconds=HOLD)
@@ -36,14 +38,17 @@ async def test_first_requester_creates_the_singleton_later_ones_just_signal(fres
 
         assert first_result.final["first"].state == "released"
         assert second_result.final["second"].state == "released"
-        first_events = Counter(await _event_types(first))
-        second_events = Counter(await _event_types(second))
-        # No singleton yet: the signal failed and signal-with-start through the activity created it.
-        assert first_events["SIGNAL_EXTERNAL_WORKFLOW_EXECUTION_FAILED"] == 1
-        assert first_events["ACTIVITY_TASK_SCHEDULED"] == 1
-        # The singleton was running: one plain signal, no activity.
-        assert second_events["ACTIVITY_TASK_SCHEDULED"] == 0
-        assert second_events["SIGNAL_EXTERNAL_WORKFLOW_EXECUTION_FAILED"] == 0
+        for probe in (first, second):
+            events = Counter(await _event_types(probe))
+            # The submit went through the activity (signal-with-start), never as a signal command
+            # that could fail for want of a singleton.
+            assert events["ACTIVITY_TASK_SCHEDULED"] == 1
+            assert events["SIGNAL_EXTERNAL_WORKFLOW_EXECUTION_FAILED"] == 0
+        # One singleton run, started by the first submit; the second submit only signalled it.
+        history = await h.admission.fetch_history()
+        signals = [e.workflow_execution_signaled_event_attributes.signal_name for e in history.events
+                   if e.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED]
+        assert signals.count("submit") == 2
 
 
 async def test_give_back_without_confirmation_sends_nothing_back(fresh_time_skipping_env: WorkflowEnvironment, tmp_path):

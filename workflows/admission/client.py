@@ -12,12 +12,14 @@ singleton one history event per requester per round, and missions use it. `renew
 each lease named with its revision, renewed when decided, a new lease revision and a decision
 back (the benchmark's baseline, and the admission probe's default).
 
-A submit is a plain signal to the running singleton;
-only when that fails (the first requester of a host group, or the singleton was
-terminated) does it fall back to signal-with-start through an activity, which
-creates the singleton. And giving everything back never releases again what a
-confirmed release already has in flight: the second answer would arrive after
-the requester decided to close, failing its closing workflow task.
+A submit goes through an activity that signal-with-starts the singleton: it creates the
+singleton when there is none (the first requester of a host group, or it was terminated), and
+its signal is in the singleton's history as soon as the call returns. A signal command would be
+delivered only when the server's transfer queue next reads it (up to 50 ms on a busy server,
+`docs/workflow-costs.md`), and that wait lay on every mission's way to its first child. And
+giving everything back never releases again what a confirmed release already has in flight:
+the second answer would arrive after the requester decided to close, failing its closing
+workflow task.
 
 It fails closed: a lease counts as current only while the last decision said
 `admitted` and its expiry is still ahead of workflow time. A requester whose
@@ -151,8 +153,6 @@ class AdmissionClient:
         requests = list(requests)
         self._mine.update(request.request_id for request in requests)
         batch = SubmitBatch(requester=workflow.info().workflow_id, requests=requests)
-        if await self._signal("submit", batch, expect_failure=True):
-            return
         await workflow.execute_activity(
             SUBMIT_ACTIVITY,
             SubmitAdmission(host_group=self.host_group, batch=batch, search_attributes=self._search_attributes),
@@ -371,7 +371,7 @@ class AdmissionClient:
         await workflow.wait_condition(lambda: changed() or (timer is not None and timer.done()))
         return timer is not None and timer.done()
 
-    async def _signal(self, name: str, payload: object, *, expect_failure: bool = False) -> bool:
+    async def _signal(self, name: str, payload: object) -> bool:
         """Signal the singleton; False (logged) when it cannot be reached."""
         # Shielded: a cancellation of the requester must not cancel a signal in flight. Cancelling
         # one asks the server to cancel it, and when its outcome (say, failed: no singleton yet)
@@ -387,8 +387,7 @@ class AdmissionClient:
             raise
         except Exception as error:
             # Fail closed: without the admission workflow our leases simply stop being current.
-            log = workflow.logger.info if expect_failure else workflow.logger.warning
-            log("admission workflow for %s unreachable: %s", self.host_group, error)
+            workflow.logger.warning("admission workflow for %s unreachable: %s", self.host_group, error)
             return False
         return True
 
