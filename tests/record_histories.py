@@ -165,7 +165,8 @@ async def admission_probes(client: Client) -> None:
 
 async def admission_requester_renewal(client: Client) -> None:
     """Two probes that renew as requesters (one signal for everything they hold, no answer), on a
-    singleton that decides one request per pass (each two-request submit takes two passes)."""
+    singleton that decides one request per pass (each two-request submit takes two passes); the
+    first gives back without asking for an answer."""
     await signal_with_start_admission(
         client, TASK_QUEUE, "requester-renewal", POLICY, "set_policy", PolicyChange(operator="recorder", policy=POLICY),
         max_requests_per_pass=1,
@@ -174,10 +175,10 @@ async def admission_requester_renewal(client: Client) -> None:
         await client.start_workflow(
             "AdmissionProbeWorkflow",
             ProbeInput(host_group="requester-renewal", requests=[ProbeRequest(request_id=f"{name}-{i}") for i in range(2)],
-                       hold_seconds=8, renewal="requester"),
+                       hold_seconds=8, renewal="requester", confirm_give_back=confirm),
             id=f"probe-{name}", task_queue=TASK_QUEUE,
         )
-        for name in ("renewing-a", "renewing-b")
+        for name, confirm in (("renewing-a", False), ("renewing-b", True))
     ]
     for probe in probes:
         await probe.result()

@@ -74,6 +74,26 @@ async def test_give_back_without_confirmation_sends_nothing_back(fresh_time_skip
         await holder.result()
 
 
+async def test_a_give_back_that_finds_no_singleton_is_undone(fresh_time_skipping_env: WorkflowEnvironment, tmp_path):
+    """An unconfirmed give-back is recorded as it is sent (a closing mission writes its last
+    ledger meanwhile); when the signal finds no singleton, the record is taken back."""
+    policy = AdmissionPolicy(max_concurrent=5, lease_ttl_seconds=60)
+    async with admission_harness(fresh_time_skipping_env.client, tmp_path, policy) as h:
+        quiet = await h.start_probe(
+            "quiet", ProbeRequest(request_id="quiet"), hold_seconds=HOLD, renew=False, confirm_give_back=False,
+        )
+        await h.until_leased("quiet")
+        await h.admission.terminate(reason="the singleton is gone")
+        await quiet.signal("finish")
+        result: ProbeResult = await quiet.result()
+
+        events = Counter(await _event_types(quiet))
+        assert events["SIGNAL_EXTERNAL_WORKFLOW_EXECUTION_FAILED"] == 1  # the release, undeliverable
+        # What the probe believes is what the singleton last told it, not its own undelivered release.
+        view = result.final["quiet"]
+        assert view.state == "admitted" and "asked for no confirmation" not in view.reason
+
+
 async def test_busy_singleton_keeps_one_timer_and_one_audit_export_in_flight(
     fresh_time_skipping_env: WorkflowEnvironment, tmp_path,
 ):

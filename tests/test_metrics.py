@@ -66,9 +66,13 @@ async def test_a_worker_running_missions_serves_every_product_metric(dev_client:
             nonlocal text
             async with httpx.AsyncClient() as http:
                 text = (await http.get(f"http://{address}/metrics", timeout=5)).text
-            return f'verdict="{final.parent_state}"' in text
+            # The leases go back unconfirmed: the singleton applies them on its next task, which
+            # may come after the mission has closed.
+            held = [v for n, labels, v in series(text) if n == metrics.ADMISSION_HELD
+                    and labels.get("host_group") == host_group and labels.get("limit") == "global"]
+            return f'verdict="{final.parent_state}"' in text and held[-1:] == [0]
 
-        await h.until(scraped, "the mission's verdict in /metrics", within=15)
+        await h.until(scraped, "the mission's verdict in /metrics, its leases given back", within=15)
     rows = series(text)
     assert {name for name, _, _ in rows} >= set(metrics.PRODUCT_METRICS), sorted({n for n, _, _ in rows})
     assert final.parent_state == "failed"

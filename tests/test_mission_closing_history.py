@@ -79,3 +79,21 @@ def test_every_ledger_write_of_every_recorded_mission_is_a_scheduled_activity() 
         ]
         assert not local, f"{path.name}: ledger written by a local activity (events {local})"
         assert _ledger_writes(events) >= 1, path.name
+
+
+def test_with_only_unconfirmed_releases_left_the_last_ledger_is_written_while_they_travel() -> None:
+    """`mission-cancelled` and `mission-preempted` close with nothing left to confirm: the final
+    snapshot is scheduled before the last release is delivered (its record was made as it was
+    sent), and written once. Written after the delivery, it cost a round trip more."""
+    preempted = sorted(HISTORY.parent.glob("mission-preempted*.json"))[-1]  # the run that closed
+    for path in (HISTORY.parent / "mission-cancelled.json", preempted):
+        events = json.loads(path.read_text())["events"]
+        last_child = max(i for i, event in enumerate(events) if event["eventType"] in CHILD_ENDS)
+        tail = events[last_child + 1 :]
+        assert [release["confirm"] for release in _signals(tail, "release")] == [False], path.name
+        assert not _signals(tail, "cancel"), path.name
+        assert _ledger_writes(tail) == 1, path.name
+        write = next(i for i, event in enumerate(tail) if event["eventType"] == "EVENT_TYPE_ACTIVITY_TASK_SCHEDULED"
+                     and event["activityTaskScheduledEventAttributes"]["activityType"]["name"] == "write_ledger_snapshot")
+        delivered = max(i for i, event in enumerate(tail) if event["eventType"] == "EVENT_TYPE_EXTERNAL_WORKFLOW_EXECUTION_SIGNALED")
+        assert write < delivered, path.name

@@ -150,12 +150,15 @@ async def test_host_groups_lists_each_with_its_usage(dev_client: Client, substra
             result = await conductor(capsys, "admission", "host-groups", "--json")
             assert result.code == 0, result
             rows = {row["host_group"]: row for row in result.json}
-            return rows if {busy["host_group"], idle_group, dead_group} <= set(rows) else None
+            if not {busy["host_group"], idle_group, dead_group} <= set(rows):
+                return None
+            # The one-shot's release travels unconfirmed, so the singleton may apply it a moment after it ends.
+            return rows if rows[busy["host_group"]]["leases"] == 1 else None
 
-        rows = await h.until(listed, "both host groups in visibility")
+        rows = await h.until(listed, "every host group in visibility and the one-shot's lease given back")
         row = rows[busy["host_group"]]
         assert row["workflow_id"] == admission_workflow_id(busy["host_group"]) and row["note"] is None
-        assert row["leases"] == 1 and row["queued"] == 0  # the daemon holds its lease; the one-shot released
+        assert row["queued"] == 0  # the daemon holds its lease; the one-shot released
         usage = {u["limit"]: (u["used"], u["maximum"]) for u in row["usage"]}
         assert usage["global"] == (1, POLICY.max_concurrent) and usage["runtime host"] == (1, 8)
         idle = rows[idle_group]

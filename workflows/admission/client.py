@@ -183,21 +183,26 @@ class AdmissionClient:
 
     async def release(self, request_ids: Iterable[str], *, confirm: bool = True) -> None:
         """Give leases back. `confirm=False` asks for no decision back, which saves a signal each
-        way (and a requester about to close is never signalled after it has closed); once the
-        signal is delivered the requester records the release itself (`decisions`)."""
+        way (and a requester about to close is never signalled after it has closed); the requester
+        records the release itself (`decisions`) as it sends it."""
         await self._give_back("release", ReleaseBatch, request_ids, confirm)
 
     def release_in_background(self, request_ids: Iterable[str]) -> None:
-        """`release(confirm=False)` without waiting for the signal's delivery: the caller goes on,
-        and the release is recorded once delivered, which bumps `version`. Giving everything back
-        waits for these first, so it never sends again what one of them is delivering."""
-        sending = asyncio.ensure_future(self.release(list(request_ids), confirm=False))
+        """`release(confirm=False)` without waiting for the signal's delivery: the release is
+        recorded at once (bumping `version`) and the caller goes on. Giving everything back waits
+        for these first, so it never sends again what one of them is delivering."""
+        ids = sorted(set(request_ids))
+        if not ids:
+            return
+        recorded = self._record_given_back(ids, "released")  # now, not when the task first runs
+        sending = asyncio.ensure_future(self._send_unconfirmed("release", ReleaseBatch, ids, recorded))
         self._sending.add(sending)
         sending.add_done_callback(self._sending.discard)
 
     @property
     def sending(self) -> bool:
-        """A background release is still on its way (continuing as new would lose its record)."""
+        """A background release is still on its way (continuing as new must wait for it: the new
+        run could neither undo its record nor know whether it was delivered)."""
         return bool(self._sending)
 
     async def cancel(self, request_ids: Iterable[str], *, confirm: bool = True) -> None:
@@ -210,37 +215,72 @@ class AdmissionClient:
         ids = sorted(set(request_ids))
         if not ids:
             return
-        if confirm:
-            self._giving_back.update(ids)
-        delivered = await self._signal(signal, batch(requester=workflow.info().workflow_id, request_ids=ids, confirm=confirm))
-        if confirm and not delivered:
+        if not confirm:
+            recorded = self._record_given_back(ids, "released" if signal == "release" else "cancelled")
+            await self._send_unconfirmed(signal, batch, ids, recorded)
+            return
+        self._giving_back.update(ids)
+        if not await self._signal(signal, batch(requester=workflow.info().workflow_id, request_ids=ids, confirm=True)):
             # No singleton took it (none was ever started, or it is gone): no answer will come.
             # What it may still hold lapses at the TTL, as every lease of a silent holder does.
             self._unanswered.update(ids)
-        elif not confirm and delivered:
-            self._record_given_back(ids, "released" if signal == "release" else "cancelled")
 
-    def _record_given_back(self, request_ids: list[str], state: Literal["released", "cancelled"]) -> None:
-        """A delivered give-back that asked for no answer is as good as applied: the singleton reads
-        every delivered signal before it decides anything else, and will send nothing back. So
-        the requester writes the outcome into its own view, at the revision it last heard; a
-        decision the singleton made meanwhile (a preemption, say) carries a higher one and wins."""
+    async def _send_unconfirmed(
+        self, signal: str, batch: type[ReleaseBatch] | type[CancelBatch], ids: list[str],
+        recorded: dict[str, tuple[AdmissionDecision | None, AdmissionDecision]],
+    ) -> None:
+        if not await self._signal(signal, batch(requester=workflow.info().workflow_id, request_ids=ids, confirm=False)):
+            self._undo_given_back(recorded)
+
+    def _record_given_back(
+        self, request_ids: list[str], state: Literal["released", "cancelled"],
+    ) -> dict[str, tuple[AdmissionDecision | None, AdmissionDecision]]:
+        """A give-back that asks for no answer is recorded as it is sent: once delivered it is as
+        good as applied (the singleton reads every delivered signal before it decides anything
+        else, and will send nothing back), and recording it at once lets the requester go on
+        meanwhile; a closing mission writes its last snapshot while the signal is on its way.
+        The outcome goes into the requester's own view at the revision it last heard; a decision
+        the singleton made meanwhile (a preemption, say) carries a higher one and wins. What each
+        record replaced comes back, for `_undo_given_back` if the signal finds no singleton."""
+        recorded: dict[str, tuple[AdmissionDecision | None, AdmissionDecision]] = {}
         for rid in request_ids:
             known = self.decisions.get(rid)
             if known is not None and known.state not in ("admitted", "queued"):
                 continue  # it ended otherwise meanwhile: that decision stands
-            self.decisions[rid] = AdmissionDecision(
+            record = AdmissionDecision(
                 request_id=rid, state=state, revision=known.revision if known else 0,
                 lease_revision=known.lease_revision if known else 0,
                 reason="given back by this requester, which asked for no confirmation",
             )
+            self.decisions[rid] = record
+            recorded[rid] = known, record
         self._version += 1
+        return recorded
+
+    def _undo_given_back(self, recorded: dict[str, tuple[AdmissionDecision | None, AdmissionDecision]]) -> None:
+        """The give-back reached no singleton: put back what its record replaced, unless a decision
+        arrived since (that one stands). A lease the requester still believes held lapses at its
+        expiry, as every lease of a silent holder does."""
+        for rid, (before, record) in recorded.items():
+            if self.decisions.get(rid) is not record:
+                continue
+            if before is None:
+                del self.decisions[rid]
+            else:
+                self.decisions[rid] = before
+        self._version += 1
+
+    def only_deliveries_left(self) -> bool:
+        """Every request is given back or ended, nothing waits for an answer: giving everything back
+        only waits for unconfirmed give-backs to be delivered, which changes no decision unless
+        one finds no singleton."""
+        return not self._giving_back and all(self.state_of(rid) not in ("admitted", "queued", None) for rid in self._mine)
 
     async def give_back_everything(self, confirm_within: timedelta | None = timedelta(minutes=1)) -> bool:
         """Release what is admitted, cancel what is still waiting, and wait for the confirmation
         (which then shows in `decisions`). `confirm_within=None` asks for no confirmation: for a
         requester that closes next and has no use for one."""
-        await asyncio.gather(*self._sending)  # recorded once delivered: then not sent again below
+        await asyncio.gather(*self._sending)  # delivered (or undone) by now: not sent again below
         self._stopped = True
         live = ("admitted", "queued", None)
         confirm = confirm_within is not None

@@ -625,10 +625,11 @@ class MissionWorkflow:
 
     def _release_ended(self) -> None:
         """Give back the leases of children that ended, without confirmation and without waiting
-        for the signal's delivery: the pass goes on, and the admission client records each release
-        once its signal is delivered, which wakes the next pass. An answer would cost a signal each
-        way and a pass, and each wait a workflow task; closing waited for the last ones. Closing
-        (`give_back_everything`) and continuing as new wait for what is still on its way."""
+        for the signal's delivery: the admission client records each release as it sends it
+        (undone if no singleton takes it), which wakes the next pass. An answer would cost a
+        signal each way and a pass, and each wait a workflow task; closing waited for the last
+        ones. Closing (`give_back_everything`) and continuing as new wait for what is still on
+        its way."""
         done = sorted(self._ended - self._released)
         if not done:
             return
@@ -673,8 +674,16 @@ class MissionWorkflow:
         # Leases of children that ended since the last pass go back as every pass gives them back,
         # unconfirmed; what is left (requests never started or still queued) waits for the answer.
         # Confirming the ended ones too cost a fan-out a signal each way and one more snapshot.
+        # An unconfirmed release is recorded as it is sent: when only such deliveries are left,
+        # the final snapshot is written while they travel (one round trip less before the mission
+        # ends), and written again only if one found no singleton. Answers still to come (to what
+        # had to be confirmed) change the ledger: then it is written once, after them.
         self._release_ended()
+        self._fold_decisions()
+        early = asyncio.ensure_future(self._snapshot(flush=True)) if self._admission.only_deliveries_left() else None
         await self._admission.give_back_everything()
+        if early is not None:
+            await early
         self._fold_decisions()
         await self._snapshot(flush=True)
         self._publish(closing=True)
