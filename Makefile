@@ -28,7 +28,7 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(PY) -m pytest $(PYTEST_ARGS)
 
-BENCHMARKS := bench/admission_engine.py bench/admission_throughput.py bench/admission_sustained.py bench/admission_carried.py bench/mission_fanout.py
+BENCHMARKS := bench/admission_engine.py bench/admission_throughput.py bench/admission_sustained.py bench/admission_carried.py bench/ledger_fold.py bench/mission_fanout.py
 
 bench: $(STAMP) bytecode
 	@for b in $(BENCHMARKS); do echo "== $$b"; $(PY) $$b || exit 1; done

@@ -16,11 +16,14 @@ from hypothesis import strategies as st
 
 from workflows.admission.messages import Backpressure as AdmissionBackpressure
 from workflows.contract import Artifact, Backpressure, Health, Lineage, ObservedState, WorkloadKind
+from workflows.mission import aggregation
 from workflows.mission.aggregation import (
+    AttemptStart,
     ReviewNotAccepted,
     aggregate,
     apply_admission,
     apply_observation,
+    apply_observations,
     apply_review,
     children_to_cancel,
     initial_ledger,
@@ -30,6 +33,7 @@ from workflows.mission.aggregation import (
     mark_cancel_requested,
     mark_cancelled,
     review_refusal,
+    start_attempts,
     verdict,
 )
 from workflows.mission.ledger import ChildAdmission, MissionLedger, ReviewDecision
@@ -841,3 +845,84 @@ def test_a_child_stopped_for_another_reason_stays_cancelled() -> None:
     ledger = apply_admission(ledger, "child-a", ChildAdmission(request_id="r-a", state="preempted", lease_revision=1))
     ledger = apply_observation(ledger, spec, observation("child-a", 3, "cancelled"))
     assert ledger.child("child-a").observed_state == "cancelled"
+
+
+# --- folding a batch: the same ledger as a commit after each change -----------------------------
+
+_MODES = ["all-pass", "fail-fast", "quorum", "best-output", "manual-review"]
+_OBSERVED: list[ObservedState] = ["running", "succeeded", "failed", "cancelled", "unknown", "operator-review-required"]
+
+
+@st.composite
+def batch_folds(draw: st.DrawFn) -> tuple[MissionSpec, list[list[tuple[str, Any]]]]:
+    """A spec and batches of admission decisions, attempt starts and observations for its children."""
+    mode = draw(st.sampled_from(_MODES))
+    kinds = draw(st.lists(st.sampled_from(["one-shot-command", "daemon", "persistent-agent"]), min_size=1, max_size=5))
+    minimum = draw(st.integers(1, len(kinds))) if mode == "quorum" else None
+    spec = make_spec(mode, kinds, minimum, **{IDS[0]: {"required_evidence": ["result"]}})
+    ids = IDS[: len(kinds)]
+    admission = st.builds(
+        ChildAdmission,
+        request_id=st.just("r-1"),
+        state=st.sampled_from(["queued", "admitted", "denied", "timed-out", "preempted", "released"]),
+        lease_revision=st.integers(0, 3),
+        revision=st.integers(0, 4),
+    )
+    change = st.one_of(
+        st.tuples(st.just("admit"), st.sampled_from(ids), admission),
+        st.tuples(st.just("start"), st.sampled_from(ids), st.integers(0, 2)),
+        st.tuples(
+            st.just("observe"), st.sampled_from(ids), st.integers(1, 4), st.sampled_from(_OBSERVED),
+            st.sampled_from([None, "healthy", "degraded"]), st.sampled_from([None, "short", "a longer output"]),
+            st.booleans(),
+        ),
+    )
+    return spec, draw(st.lists(st.lists(change, max_size=8), min_size=1, max_size=4))
+
+
+def _as_change(spec: MissionSpec, ledger: MissionLedger, step: tuple[Any, ...]) -> tuple[str, Any]:
+    kind_of = {child.child_id: child.kind for child in spec.children}
+    if step[0] == "admit":
+        return step[1], aggregation._admitted(step[2], None)
+    if step[0] == "start":
+        return step[1], aggregation._started(ledger.mission_id, AttemptStart(step[1], 1, "r-1", step[2]))
+    _, child_id, revision, state, health, output, with_result = step
+    obs = observation(child_id, revision, state, kind_of[child_id], health=health, output=output,
+                      artifacts=["result"] if with_result else [])  # fmt: skip
+    return child_id, aggregation._observed(ledger, spec, obs)
+
+
+@settings(max_examples=300, deadline=None)
+@given(batch_folds())
+def test_a_batch_folds_to_the_ledger_a_commit_after_each_change_gives(case: tuple[MissionSpec, list[list[tuple[str, Any]]]]) -> None:
+    """`_commit_each` aggregates a batch once, yet gives the ledger of committing every change
+    alone: the same children, summary and `snapshot_seq`, and a verdict reached part-way sticks."""
+    spec, batches = case
+    batched = one_by_one = initial_ledger(spec)
+    for batch in batches:
+        for step in batch:
+            child_id, change = _as_change(spec, one_by_one, step)
+            one_by_one = aggregation._commit(
+                one_by_one, aggregation._replace_child(one_by_one, change(one_by_one.child(child_id)))
+            )
+        batched = aggregation._commit_each(batched, [_as_change(spec, batched, step) for step in batch])
+        assert batched == one_by_one
+
+
+def test_a_verdict_reached_part_way_through_a_batch_sticks() -> None:
+    """Quorum of one: the first success decides; a later failure in the same batch does not undo it."""
+    spec = make_spec("quorum", ["persistent-agent", "one-shot-command"], 1)
+    ledger = apply_observations(initial_ledger(spec), spec, [
+        observation("child-a", 2, "running", "persistent-agent"),
+        observation("child-a", 3, "failed", "persistent-agent"),
+        observation("child-b", 2, "failed"),
+    ])
+    assert ledger.parent_state == "completed" and ledger.verdict_reason.startswith("quorum 1/2 met")
+    assert ledger.aggregation.failed == ("child-a", "child-b") and ledger.snapshot_seq == 3
+
+
+def test_folding_a_batch_that_changes_nothing_returns_the_same_ledger() -> None:
+    spec = make_spec("all-pass", ["one-shot-command", "one-shot-command"])
+    ledger = apply_observation(initial_ledger(spec), spec, observation("child-a", 2, "running"))
+    assert apply_observations(ledger, spec, [observation("child-a", 2, "running")]) is ledger  # redelivered
+    assert start_attempts(ledger, []) is ledger

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 from datetime import datetime, timedelta
+from typing import Any
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy, SearchAttributePair, TypedSearchAttributes
@@ -390,26 +391,26 @@ class MissionWorkflow:
 
     def _fold_decisions(self) -> None:
         """Fold each decision once: every pass runs this, and folding a hundred unchanged decisions
-        again (each one aggregating the whole ledger) was the largest part of a pass."""
+        again (each one aggregating the whole ledger) was the largest part of a pass. The new ones
+        are folded as one batch (`aggregation.apply_admissions`: aggregated once, not per decision)."""
+        new: list[tuple[str, ChildAdmission, Any]] = []
         for child_id in self._assignments:
             decision = self._admission.decisions.get(self._request_id(child_id))
             if decision is None or self._folded.get(child_id) is decision:
                 continue
             self._folded[child_id] = decision
-            self._ledger = aggregation.apply_admission(
-                self._ledger,
-                child_id,
-                ChildAdmission(
-                    request_id=decision.request_id, state=decision.state, lease_revision=decision.lease_revision,
-                    revision=decision.revision, reason=decision.reason,
-                ),
-                decision.backpressure,
+            admission = ChildAdmission(
+                request_id=decision.request_id, state=decision.state, lease_revision=decision.lease_revision,
+                revision=decision.revision, reason=decision.reason,
             )
+            new.append((child_id, admission, decision.backpressure))
+        if new:
+            self._ledger = aggregation.apply_admissions(self._ledger, new)
 
     def _fold_observations(self) -> None:
         observations, self._observations = self._observations, []
-        for observation in observations:
-            self._ledger = aggregation.apply_observation(self._ledger, self._spec, observation)
+        if observations:
+            self._ledger = aggregation.apply_observations(self._ledger, self._spec, observations)
 
     # --- acting on the ledger ---------------------------------------------------------------
 
@@ -454,14 +455,15 @@ class MissionWorkflow:
             raise
 
     async def _start_children(self, child_ids: list[str]) -> None:
+        attempts = {child.child_id: child.attempt for child in self._ledger.children}
+        starts = []
         for child_id in child_ids:  # in the ledger before it runs: its observations name it
             request_id = self._request_id(child_id)
             decision = self._admission.decisions.get(request_id)
-            self._ledger = aggregation.start_attempt(
-                self._ledger, child_id, attempt=self._ledger.child(child_id).attempt, request_id=request_id,
-                lease_revision=decision.lease_revision if decision is not None else 0,
-            )
+            lease_revision = decision.lease_revision if decision is not None else 0
+            starts.append(aggregation.AttemptStart(child_id, attempts[child_id], request_id, lease_revision))
             self._marks[child_id] = self._admission.interruptions(request_id)
+        self._ledger = aggregation.start_attempts(self._ledger, starts)
         handles = await asyncio.gather(*(self._start_child(child_id) for child_id in child_ids))
         for child_id, handle in zip(child_ids, handles):
             self._started.add(child_id)

@@ -1,0 +1,102 @@
+"""Folding a batch into a mission ledger: one aggregation per batch vs. one per change.
+
+    .venv/bin/python bench/ledger_fold.py [--children 100 1000] [--rounds 5]
+
+What a mission does in the workflow task that starts its children: fold one admission decision
+per child, then list one attempt per child, then (as they end) one observation per child. The
+baseline commits every change alone (`aggregation._commit`, which re-aggregates the whole
+ledger: O(n) a change, O(n^2) a batch), as the workflow did before it folded batches; the batch
+is `apply_admissions`, `start_attempts` and `apply_observations` (`_commit_each`). Both give the
+same ledger (checked here, and by `tests/test_mission_aggregation.py`). Figures are medians over
+rounds, printed as ratios against the baseline run in the same process.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from datetime import datetime, timezone
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from workflows.mission import aggregation  # noqa: E402
+from workflows.mission.aggregation import AttemptStart  # noqa: E402
+from workflows.mission.ledger import ChildAdmission, MissionLedger  # noqa: E402
+from workflows.mission.observation import ChildObservation  # noqa: E402
+from workflows.mission.spec import MissionSpec  # noqa: E402
+
+AT = datetime(2026, 12, 3, tzinfo=timezone.utc)
+
+
+def spec_of(children: int) -> MissionSpec:
+    return MissionSpec(
+        mission_id="fold", orchestrator_id="bench", goal="fold benchmark",
+        aggregation={"mode": "quorum", "minimum_successes": children},
+        children=[{"child_id": f"c{i:04d}", "kind": "one-shot-command", "prompt": "date"} for i in range(children)],
+    )  # fmt: skip
+
+
+def batches(spec: MissionSpec) -> list[tuple[str, list[tuple[str, aggregation.ChildChange]]]]:
+    """(phase, changes) as the workflow folds them; built against the initial ledger's mission id."""
+    ids = [child.child_id for child in spec.children]
+    admitted = [(c, ChildAdmission(request_id=f"r-{c}", state="admitted", lease_revision=1, revision=1)) for c in ids]
+    ended = [
+        ChildObservation(child_id=c, kind="one-shot-command", revision=4, observed_state="succeeded", observed_at=AT, output="1")
+        for c in ids
+    ]
+    return [
+        ("admissions", [(c, aggregation._admitted(a, None)) for c, a in admitted]),
+        ("starts", [(c, aggregation._started(spec.mission_id, AttemptStart(c, 1, f"r-{c}", 1))) for c in ids]),
+        ("observations", [(o.child_id, aggregation._observed(aggregation.initial_ledger(spec), spec, o)) for o in ended]),
+    ]
+
+
+def one_by_one(ledger: MissionLedger, changes: list[tuple[str, aggregation.ChildChange]]) -> MissionLedger:
+    for child_id, change in changes:
+        ledger = aggregation._commit(ledger, aggregation._replace_child(ledger, change(ledger.child(child_id))))
+    return ledger
+
+
+def timed(fold: Callable[[MissionLedger, list], MissionLedger], spec: MissionSpec) -> tuple[dict[str, float], MissionLedger]:
+    ledger = aggregation.initial_ledger(spec)
+    seconds: dict[str, float] = {}
+    for phase, changes in batches(spec):
+        started = time.perf_counter()
+        ledger = fold(ledger, changes)
+        seconds[phase] = time.perf_counter() - started
+    return seconds, ledger
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--children", type=int, nargs="+", default=[100, 1000])
+    parser.add_argument("--rounds", type=int, default=5)
+    args = parser.parse_args()
+    for children in args.children:
+        spec = spec_of(children)
+        base: dict[str, list[float]] = {}
+        batch: dict[str, list[float]] = {}
+        for _ in range(args.rounds):
+            base_times, base_ledger = timed(one_by_one, spec)
+            batch_times, batch_ledger = timed(aggregation._commit_each, spec)
+            assert batch_ledger == base_ledger, "the batch fold gave another ledger"
+            for phase in base_times:
+                base.setdefault(phase, []).append(base_times[phase])
+                batch.setdefault(phase, []).append(batch_times[phase])
+        print(f"{children} children (median of {args.rounds})    one by one      batch    batch / one by one")
+        for phase in base:
+            b, n = statistics.median(base[phase]), statistics.median(batch[phase])
+            print(f"  {phase:<26} {b * 1e3:9.1f} ms {n * 1e3:8.1f} ms    {n / b:.3f}x")
+        total_base = sum(statistics.median(v) for v in base.values())
+        total_batch = sum(statistics.median(v) for v in batch.values())
+        print(f"  {'all three':<26} {total_base * 1e3:9.1f} ms {total_batch * 1e3:8.1f} ms    {total_batch / total_base:.3f}x")
+        print(f"RESULT children={children} one_by_one_ms={total_base * 1e3:.1f} batch_ms={total_batch * 1e3:.1f} "
+              f"ratio={total_batch / total_base:.3f}")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
