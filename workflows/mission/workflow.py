@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import asyncio
 from datetime import datetime, timedelta
-from typing import Any
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy, SearchAttributePair, TypedSearchAttributes
@@ -43,7 +42,7 @@ from workflows.timers import KeptTimer
 
 with workflow.unsafe.imports_passed_through():
     from workflows.admission.client import AdmissionClient
-    from workflows.admission.messages import AdmissionDecision
+    from workflows.admission.messages import AdmissionDecision, Backpressure as AdmissionBackpressure
     from workflows.admission.model import LANE_OVERRIDE_POLICY, PREEMPTION_POLICY, REQUEUE_POLICY, AdmissionRequest
     from workflows.ids import ATTEMPT_SEPARATOR
     from workflows.mission import aggregation
@@ -393,7 +392,7 @@ class MissionWorkflow:
         """Fold each decision once: every pass runs this, and folding a hundred unchanged decisions
         again (each one aggregating the whole ledger) was the largest part of a pass. The new ones
         are folded as one batch (`aggregation.apply_admissions`: aggregated once, not per decision)."""
-        new: list[tuple[str, ChildAdmission, Any]] = []
+        new: list[tuple[str, ChildAdmission, AdmissionBackpressure | None]] = []
         for child_id in self._assignments:
             decision = self._admission.decisions.get(self._request_id(child_id))
             if decision is None or self._folded.get(child_id) is decision:
