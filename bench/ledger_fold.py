@@ -4,10 +4,11 @@
 
 What a mission does in the workflow task that starts its children: fold one admission decision
 per child, then list one attempt per child, then (as they end) one observation per child. The
-baseline commits every change alone (`aggregation._commit`, which re-aggregates the whole
-ledger: O(n) a change, O(n^2) a batch), as the workflow did before it folded batches; the batch
-is `apply_admissions`, `start_attempts` and `apply_observations` (`_commit_each`). Both give the
-same ledger (checked here, and by `tests/test_mission_aggregation.py`). Figures are medians over
+baseline folds every change with a call of its own (`apply_admission`, `start_attempt`,
+`apply_observation`), each re-aggregating the whole ledger: O(n) a change, O(n^2) a batch, as the
+workflow did before it folded batches. The batch is one call of `apply_admissions`,
+`start_attempts` and `apply_observations`. Both give the same ledger (checked here, and by
+`tests/test_mission_aggregation.py`). Figures are medians over
 rounds, printed as ratios against the baseline run in the same process.
 """
 
@@ -40,33 +41,44 @@ def spec_of(children: int) -> MissionSpec:
     )  # fmt: skip
 
 
-def batches(spec: MissionSpec) -> list[tuple[str, list[tuple[str, aggregation.ChildChange]]]]:
-    """(phase, changes) as the workflow folds them; built against the initial ledger's mission id."""
+Fold = Callable[[MissionLedger], MissionLedger]
+
+
+def phases(spec: MissionSpec) -> list[tuple[str, Fold, Fold]]:
+    """(phase, one call per change, one call for the batch), in the order the workflow folds them."""
     ids = [child.child_id for child in spec.children]
-    admitted = [(c, ChildAdmission(request_id=f"r-{c}", state="admitted", lease_revision=1, revision=1)) for c in ids]
+    decisions = [(c, ChildAdmission(request_id=f"r-{c}", state="admitted", lease_revision=1, revision=1), None) for c in ids]
+    starts = [AttemptStart(c, 1, f"r-{c}", 1) for c in ids]
     ended = [
         ChildObservation(child_id=c, kind="one-shot-command", revision=4, observed_state="succeeded", observed_at=AT, output="1")
         for c in ids
     ]
+
+    def each(apply: Callable[[MissionLedger, object], MissionLedger], items: list) -> Fold:
+        def fold(ledger: MissionLedger) -> MissionLedger:
+            for item in items:
+                ledger = apply(ledger, item)
+            return ledger
+
+        return fold
+
     return [
-        ("admissions", [(c, aggregation._admitted(a, None)) for c, a in admitted]),
-        ("starts", [(c, aggregation._started(spec.mission_id, AttemptStart(c, 1, f"r-{c}", 1))) for c in ids]),
-        ("observations", [(o.child_id, aggregation._observed(aggregation.initial_ledger(spec), spec, o)) for o in ended]),
-    ]
+        ("admissions", each(lambda ledger, d: aggregation.apply_admission(ledger, *d), decisions),
+         lambda ledger: aggregation.apply_admissions(ledger, decisions)),
+        ("starts", each(lambda ledger, s: aggregation.start_attempt(
+            ledger, s.child_id, attempt=s.attempt, request_id=s.request_id, lease_revision=s.lease_revision), starts),
+         lambda ledger: aggregation.start_attempts(ledger, starts)),
+        ("observations", each(lambda ledger, o: aggregation.apply_observation(ledger, spec, o), ended),
+         lambda ledger: aggregation.apply_observations(ledger, spec, ended)),
+    ]  # fmt: skip
 
 
-def one_by_one(ledger: MissionLedger, changes: list[tuple[str, aggregation.ChildChange]]) -> MissionLedger:
-    for child_id, change in changes:
-        ledger = aggregation._commit(ledger, aggregation._replace_child(ledger, change(ledger.child(child_id))))
-    return ledger
-
-
-def timed(fold: Callable[[MissionLedger, list], MissionLedger], spec: MissionSpec) -> tuple[dict[str, float], MissionLedger]:
+def timed(spec: MissionSpec, batched: bool) -> tuple[dict[str, float], MissionLedger]:
     ledger = aggregation.initial_ledger(spec)
     seconds: dict[str, float] = {}
-    for phase, changes in batches(spec):
+    for phase, one_by_one, batch in phases(spec):
         started = time.perf_counter()
-        ledger = fold(ledger, changes)
+        ledger = (batch if batched else one_by_one)(ledger)
         seconds[phase] = time.perf_counter() - started
     return seconds, ledger
 
@@ -81,8 +93,8 @@ def main() -> None:
         base: dict[str, list[float]] = {}
         batch: dict[str, list[float]] = {}
         for _ in range(args.rounds):
-            base_times, base_ledger = timed(one_by_one, spec)
-            batch_times, batch_ledger = timed(aggregation._commit_each, spec)
+            base_times, base_ledger = timed(spec, batched=False)
+            batch_times, batch_ledger = timed(spec, batched=True)
             assert batch_ledger == base_ledger, "the batch fold gave another ledger"
             for phase in base_times:
                 base.setdefault(phase, []).append(base_times[phase])

@@ -16,12 +16,12 @@ from hypothesis import strategies as st
 
 from workflows.admission.messages import Backpressure as AdmissionBackpressure
 from workflows.contract import Artifact, Backpressure, Health, Lineage, ObservedState, WorkloadKind
-from workflows.mission import aggregation
 from workflows.mission.aggregation import (
     AttemptStart,
     ReviewNotAccepted,
     aggregate,
     apply_admission,
+    apply_admissions,
     apply_observation,
     apply_observations,
     apply_review,
@@ -33,6 +33,7 @@ from workflows.mission.aggregation import (
     mark_cancel_requested,
     mark_cancelled,
     review_refusal,
+    start_attempt,
     start_attempts,
     verdict,
 )
@@ -854,58 +855,65 @@ _OBSERVED: list[ObservedState] = ["running", "succeeded", "failed", "cancelled",
 
 
 @st.composite
-def batch_folds(draw: st.DrawFn) -> tuple[MissionSpec, list[list[tuple[str, Any]]]]:
-    """A spec and batches of admission decisions, attempt starts and observations for its children."""
+def batch_folds(draw: st.DrawFn) -> tuple[MissionSpec, list[tuple[str, list[Any]]]]:
+    """A spec and batches for its children, each of one kind as the workflow folds them:
+    admission decisions, attempt starts or observations."""
     mode = draw(st.sampled_from(_MODES))
     kinds = draw(st.lists(st.sampled_from(["one-shot-command", "daemon", "persistent-agent"]), min_size=1, max_size=5))
     minimum = draw(st.integers(1, len(kinds))) if mode == "quorum" else None
     spec = make_spec(mode, kinds, minimum, **{IDS[0]: {"required_evidence": ["result"]}})
     ids = IDS[: len(kinds)]
-    admission = st.builds(
-        ChildAdmission,
-        request_id=st.just("r-1"),
-        state=st.sampled_from(["queued", "admitted", "denied", "timed-out", "preempted", "released"]),
-        lease_revision=st.integers(0, 3),
-        revision=st.integers(0, 4),
-    )
-    change = st.one_of(
-        st.tuples(st.just("admit"), st.sampled_from(ids), admission),
-        st.tuples(st.just("start"), st.sampled_from(ids), st.integers(0, 2)),
-        st.tuples(
-            st.just("observe"), st.sampled_from(ids), st.integers(1, 4), st.sampled_from(_OBSERVED),
-            st.sampled_from([None, "healthy", "degraded"]), st.sampled_from([None, "short", "a longer output"]),
-            st.booleans(),
+    kind_of = dict(zip(ids, kinds))
+    admission = st.tuples(
+        st.sampled_from(ids),
+        st.builds(
+            ChildAdmission,
+            request_id=st.just("r-1"),
+            state=st.sampled_from(["queued", "admitted", "denied", "timed-out", "preempted", "released"]),
+            lease_revision=st.integers(0, 3),
+            revision=st.integers(0, 4),
         ),
+        st.none(),
     )
-    return spec, draw(st.lists(st.lists(change, max_size=8), min_size=1, max_size=4))
-
-
-def _as_change(spec: MissionSpec, ledger: MissionLedger, step: tuple[Any, ...]) -> tuple[str, Any]:
-    kind_of = {child.child_id: child.kind for child in spec.children}
-    if step[0] == "admit":
-        return step[1], aggregation._admitted(step[2], None)
-    if step[0] == "start":
-        return step[1], aggregation._started(ledger.mission_id, AttemptStart(step[1], 1, "r-1", step[2]))
-    _, child_id, revision, state, health, output, with_result = step
-    obs = observation(child_id, revision, state, kind_of[child_id], health=health, output=output,
-                      artifacts=["result"] if with_result else [])  # fmt: skip
-    return child_id, aggregation._observed(ledger, spec, obs)
+    start = st.builds(AttemptStart, st.sampled_from(ids), st.just(1), st.just("r-1"), st.integers(0, 2))
+    observed = st.sampled_from(ids).flatmap(lambda child_id: st.builds(
+        observation, st.just(child_id), st.integers(1, 4), st.sampled_from(_OBSERVED), st.just(kind_of[child_id]),
+        health=st.sampled_from([None, "healthy", "degraded"]), output=st.sampled_from([None, "short", "a longer output"]),
+        artifacts=st.sampled_from([[], ["result"]]),
+    ))  # fmt: skip
+    batch = st.one_of(
+        st.tuples(st.just("admissions"), st.lists(admission, max_size=8)),
+        st.tuples(st.just("starts"), st.lists(start, max_size=8)),
+        st.tuples(st.just("observations"), st.lists(observed, max_size=8)),
+    )
+    return spec, draw(st.lists(batch, min_size=1, max_size=6))
 
 
 @settings(max_examples=300, deadline=None)
 @given(batch_folds())
-def test_a_batch_folds_to_the_ledger_a_commit_after_each_change_gives(case: tuple[MissionSpec, list[list[tuple[str, Any]]]]) -> None:
-    """`_commit_each` aggregates a batch once, yet gives the ledger of committing every change
-    alone: the same children, summary and `snapshot_seq`, and a verdict reached part-way sticks."""
+def test_a_batch_folds_to_the_ledger_of_its_changes_folded_one_call_each(
+    case: tuple[MissionSpec, list[tuple[str, list[Any]]]],
+) -> None:
+    """A batch is aggregated once, yet gives the ledger of folding its changes one call each: the
+    same children, summary and `snapshot_seq`, and a verdict reached part-way sticks."""
     spec, batches = case
     batched = one_by_one = initial_ledger(spec)
-    for batch in batches:
-        for step in batch:
-            child_id, change = _as_change(spec, one_by_one, step)
-            one_by_one = aggregation._commit(
-                one_by_one, aggregation._replace_child(one_by_one, change(one_by_one.child(child_id)))
-            )
-        batched = aggregation._commit_each(batched, [_as_change(spec, batched, step) for step in batch])
+    for kind, items in batches:
+        if kind == "admissions":
+            batched = apply_admissions(batched, items)
+            for child_id, admission, backpressure in items:
+                one_by_one = apply_admission(one_by_one, child_id, admission, backpressure)
+        elif kind == "starts":
+            batched = start_attempts(batched, items)
+            for start in items:
+                one_by_one = start_attempt(
+                    one_by_one, start.child_id, attempt=start.attempt, request_id=start.request_id,
+                    lease_revision=start.lease_revision,
+                )  # fmt: skip
+        else:
+            batched = apply_observations(batched, spec, items)
+            for obs in items:
+                one_by_one = apply_observation(one_by_one, spec, obs)
         assert batched == one_by_one
 
 

@@ -280,7 +280,7 @@ def _commit_each(before: MissionLedger, changes: Iterable[tuple[str, ChildChange
     """Apply child changes in order, with exactly the ledger that a `_commit` after each would give.
 
     Committing each change alone aggregates the whole ledger every time: a batch of n changes to a
-    mission of n children cost O(n^2), 0.46 s of workflow CPU to fold 1,000 admission decisions
+    mission of n children cost O(n^2), half a second of workflow CPU to fold 1,000 admission decisions
     (`bench/ledger_fold.py`), all inside one workflow task. Here each change that alters its child
     still counts one `snapshot_seq`, and a verdict reached part-way still sticks (the parent state,
     reason and best output of that moment), but whether a verdict is due is read off running
@@ -288,8 +288,8 @@ def _commit_each(before: MissionLedger, changes: Iterable[tuple[str, ChildChange
     and at the end.
 
     Relies on what every function here returns: an aggregated ledger (so an unchanged child
-    leaves the ledger unchanged). `tests/test_mission_aggregation.py` checks the equivalence on
-    random batches of admissions, observations and starts.
+    leaves the ledger unchanged). `tests/test_mission_aggregation.py` checks that a batch gives
+    the ledger of its changes folded one call each, on random batches.
     """
     position = {child.child_id: index for index, child in enumerate(before.children)}
     children = list(before.children)
@@ -299,7 +299,7 @@ def _commit_each(before: MissionLedger, changes: Iterable[tuple[str, ChildChange
     final = before.parent_state in FINAL_PARENT_STATES
     for child_id, change in changes:
         if child_id not in position:
-            before.child(child_id)  # raises the usual error: no such child
+            before.child(child_id)  # raises ValueError: the mission has no such child
         index = position[child_id]
         old = children[index]
         new = change(old)
@@ -343,17 +343,17 @@ def apply_observation(ledger: MissionLedger, spec: MissionSpec, obs: ChildObserv
 def apply_observations(ledger: MissionLedger, spec: MissionSpec, observations: Iterable[ChildObservation]) -> MissionLedger:
     """`apply_observation` of each in turn, aggregated once (`_commit_each`)."""
     _check_spec(ledger, spec)
-    return _commit_each(ledger, ((obs.child_id, _observed(ledger, spec, obs)) for obs in observations))
+    return _commit_each(ledger, ((obs.child_id, _observed(ledger.mission_id, spec, obs)) for obs in observations))
 
 
-def _observed(ledger: MissionLedger, spec: MissionSpec, obs: ChildObservation) -> ChildChange:
+def _observed(mission_id: str, spec: MissionSpec, obs: ChildObservation) -> ChildChange:
     def change(child: ChildLedger) -> ChildLedger:
         if obs.kind != child.kind:
             raise ValueError(
                 f"observation of {obs.child_id} says kind {obs.kind!r} but the spec declares {child.kind!r}; "
                 "the WorkloadWorkflow must report the kind it was started with"
             )
-        expected = (ledger.mission_id, fleet_child_id(ledger.mission_id, obs.child_id, obs.attempt))
+        expected = (mission_id, fleet_child_id(mission_id, obs.child_id, obs.attempt))
         if obs.lineage is not None and (obs.lineage.mission_id, obs.lineage.child_id) != expected:
             raise ValueError(
                 f"observation of {obs.child_id} (attempt {obs.attempt}) carries lineage for mission "
