@@ -918,7 +918,8 @@ def test_a_batch_folds_to_the_ledger_of_its_changes_folded_one_call_each(
 
 
 def test_a_verdict_reached_part_way_through_a_batch_sticks() -> None:
-    """Quorum of one: the first success decides; a later failure in the same batch does not undo it."""
+    """Quorum of one: the first success (a persistent agent running) decides; its later failure in
+    the same batch, and another child's, do not undo it."""
     spec = make_spec("quorum", ["persistent-agent", "one-shot-command"], 1)
     ledger = apply_observations(initial_ledger(spec), spec, [
         observation("child-a", 2, "running", "persistent-agent"),

@@ -260,13 +260,10 @@ def initial_ledger(spec: MissionSpec) -> MissionLedger:
     return _settle(ledger).model_copy(update={"snapshot_seq": 0})
 
 
-def _replace_child(ledger: MissionLedger, child: ChildLedger) -> MissionLedger:
-    children = tuple(child if c.child_id == child.child_id else c for c in ledger.children)
-    return ledger.model_copy(update={"children": children})
-
-
 def _commit(before: MissionLedger, after: MissionLedger) -> MissionLedger:
-    """Aggregate `after`; return `before` itself if nothing changed, else the result with seq + 1."""
+    """Aggregate `after`; return `before` itself if nothing changed, else the result with seq + 1.
+    For changes to the ledger as a whole (a review, a cancellation); a change to children goes
+    through `_commit_each`."""
     settled = _settle(after)
     if settled.model_copy(update={"snapshot_seq": before.snapshot_seq}) == before:
         return before
@@ -278,6 +275,7 @@ ChildChange = Callable[[ChildLedger], ChildLedger]
 
 def _commit_each(before: MissionLedger, changes: Iterable[tuple[str, ChildChange]]) -> MissionLedger:
     """Apply child changes in order, with exactly the ledger that a `_commit` after each would give.
+    Every function here that changes one child at a time goes through it, alone or in a batch.
 
     Committing each change alone aggregates the whole ledger every time: a batch of n changes to a
     mission of n children cost O(n^2), half a second of workflow CPU to fold 1,000 admission decisions
@@ -509,8 +507,7 @@ def _started(mission_id: str, start: AttemptStart) -> ChildChange:
 
 def mark_stopping(ledger: MissionLedger, child_id: str, why: str) -> MissionLedger:
     """The mission is stopping the child's current attempt, whose lease went (see `ChildLedger.stopping`)."""
-    child = ledger.child(child_id)
-    return _commit(ledger, _replace_child(ledger, _refresh(child.model_copy(update={"stopping": why}))))
+    return _commit_each(ledger, [(child_id, lambda child: _refresh(child.model_copy(update={"stopping": why})))])
 
 
 def close_attempt(
@@ -530,30 +527,33 @@ def close_attempt(
     says where it stands: queued while it waits to be admitted again), and is judged by that
     attempt from now on. `lease_timeout` (not retried): the mission stopped it because its lease
     expired, so it ended `timed-out`, whatever the substrate says its stopped task did."""
-    child = ledger.child(child_id)
-    if admission is not None:
-        child = child.model_copy(update={"admission": admission})
-    attempts = list(child.attempts)
-    if attempts and attempts[-1].attempt == child.attempt:
-        attempts[-1] = attempts[-1].model_copy(update={
-            "ended": why, "retried": retry, "counts_against_budget": counts,
-            "interrupted_by": interrupted_by, "policy": policy,
-        })
-    update: dict[str, Any] = {"attempts": tuple(attempts), "stopping": None}
-    if retry:
-        fresh = ChildLedger(child_id=child.child_id, kind=child.kind, required_evidence=child.required_evidence)
-        update |= {
-            name: getattr(fresh, name)
-            for name in (*_OBSERVED_FIELDS, "revision", "observed_at", "artifacts", "stale_event_revisions")
-        }
-        update |= {"attempt": child.attempt + 1}
-        update |= _admission_shown(child.admission, None)
-    elif lease_timeout and child.observed_state not in ("succeeded", "timed-out"):
-        update |= {
-            "observed_state": "timed-out", "exit_classification": "timeout", "error_code": LEASE_EXPIRED,
-            "note": f"stopped: {why}",
-        }
-    return _commit(ledger, _replace_child(ledger, _refresh(child.model_copy(update=update))))
+
+    def closed(child: ChildLedger) -> ChildLedger:
+        if admission is not None:
+            child = child.model_copy(update={"admission": admission})
+        attempts = list(child.attempts)
+        if attempts and attempts[-1].attempt == child.attempt:
+            attempts[-1] = attempts[-1].model_copy(update={
+                "ended": why, "retried": retry, "counts_against_budget": counts,
+                "interrupted_by": interrupted_by, "policy": policy,
+            })
+        update: dict[str, Any] = {"attempts": tuple(attempts), "stopping": None}
+        if retry:
+            fresh = ChildLedger(child_id=child.child_id, kind=child.kind, required_evidence=child.required_evidence)
+            update |= {
+                name: getattr(fresh, name)
+                for name in (*_OBSERVED_FIELDS, "revision", "observed_at", "artifacts", "stale_event_revisions")
+            }
+            update |= {"attempt": child.attempt + 1}
+            update |= _admission_shown(child.admission, None)
+        elif lease_timeout and child.observed_state not in ("succeeded", "timed-out"):
+            update |= {
+                "observed_state": "timed-out", "exit_classification": "timeout", "error_code": LEASE_EXPIRED,
+                "note": f"stopped: {why}",
+            }
+        return _refresh(child.model_copy(update=update))
+
+    return _commit_each(ledger, [(child_id, closed)])
 
 
 def _admission_shown(admission: ChildAdmission, backpressure: Backpressure | AdmissionBackpressure | None) -> dict[str, Any]:
