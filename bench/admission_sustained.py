@@ -263,6 +263,7 @@ async def _run(args, steps: list[int], designs: list[str]) -> int:
     from temporalio.contrib.pydantic import pydantic_data_converter
     from temporalio.testing import WorkflowEnvironment
 
+    from bench.procstat import dev_server_pid
     from worker.binaries import temporal_cli
     from workflows.admission.model import AdmissionPolicy
 
@@ -294,7 +295,7 @@ async def _run(args, steps: list[int], designs: list[str]) -> int:
             try:
                 for design in designs:
                     bench = _Design(env.client, holder_queue, admission_queue, policy, args, design,
-                                    {"server": _dev_server_pid(), **{role: proc.pid for role, proc in workers.items()}},
+                                    {"server": dev_server_pid(), **{role: proc.pid for role, proc in workers.items()}},
                                     data_dir)
                     results[design] = await bench.run(steps)
                     print(_report({design: results[design]}, args, summary=False), flush=True)  # as soon as it is done
@@ -310,24 +311,6 @@ async def _run(args, steps: list[int], designs: list[str]) -> int:
 
 
 _REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def _dev_server_pid() -> int | None:
-    """The dev server: the child of this process (the SDK core spawns it) that runs `temporal`."""
-    me = os.getpid()
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as stat:
-                parent = int(stat.read().rsplit(")", 1)[1].split()[1])
-            with open(f"/proc/{entry}/cmdline", "rb") as cmdline:
-                command = cmdline.read().split(b"\0")[0]
-        except (OSError, ValueError, IndexError):
-            continue
-        if parent == me and os.path.basename(command).startswith(b"temporal"):
-            return int(entry)
-    return None
 
 
 async def _worker_process(role: str, address: str, holder_queue: str, admission_queue: str, data_dir: str) -> None:
@@ -476,11 +459,11 @@ class _Design:
         step.ramp_seconds = time.time() - t0
 
     async def _measure(self, index: int, step: Step) -> None:
-        from bench.admission_throughput import _cpu_of
+        from bench.procstat import cpu_seconds
 
         if index:
             await self._kill(step)
-        before = {role: _cpu_of(pid) for role, pid in self.pids.items()}
+        before = {role: cpu_seconds(pid) for role, pid in self.pids.items()}
         step.start = time.time()
         interval = 1 / self.args.rate
         count = 0
@@ -495,7 +478,7 @@ class _Design:
             count += 1
             await asyncio.sleep(max(0.0, step.start + count * interval - time.time()))
         step.end = time.time()
-        after = {role: _cpu_of(pid) for role, pid in self.pids.items()}
+        after = {role: cpu_seconds(pid) for role, pid in self.pids.items()}
         used = {role: None if before[role] is None or after[role] is None else after[role] - before[role] for role in after}
         step.worker_cpu, step.server_cpu, step.holders_cpu = used["singleton"], used["server"], used["holders"]
 

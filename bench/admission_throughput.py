@@ -368,33 +368,6 @@ async def _run(args) -> int:
     return 0
 
 
-def _server_pid() -> int | None:
-    """The dev server is this process's child (the SDK core spawns it)."""
-    me = os.getpid()
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as stat:
-                fields = stat.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[1]) == me:
-            return int(entry)
-    return None
-
-
-def _cpu_of(pid: int | None) -> float | None:
-    if pid is None:
-        return None
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            fields = stat.read().rsplit(")", 1)[1].split()
-    except OSError:
-        return None
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 class _Bench:
     def __init__(self, client, config, policy, n: int) -> None:
         self.client = client
@@ -402,7 +375,9 @@ class _Bench:
         self.policy = policy
         self.n = n
         self._round = 0
-        self._server = _server_pid()
+        from bench.procstat import dev_server_pid
+
+        self._server = dev_server_pid()
 
     async def run(self, scenario: Scenario, *, n: int | None = None, keep: bool = False) -> Run:
         """Start every requester at once; time until the last one has its reply or admission."""
@@ -499,8 +474,10 @@ class _CpuSampler:
         self._samples: list[tuple[float, float, float | None]] = []
 
     async def run(self) -> None:
+        from bench.procstat import cpu_seconds
+
         while True:
-            self._samples.append((time.time(), time.process_time(), _cpu_of(self._server_pid)))
+            self._samples.append((time.time(), time.process_time(), cpu_seconds(self._server_pid)))
             await asyncio.sleep(0.02)
 
     def at(self, moment: float) -> tuple[float, float | None]:

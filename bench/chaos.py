@@ -61,7 +61,8 @@ from temporalio.client import Client, WorkflowExecutionStatus  # noqa: E402
 from temporalio.contrib.pydantic import pydantic_data_converter  # noqa: E402
 from temporalio.service import RPCError, RPCStatusCode  # noqa: E402
 
-from worker.binaries import temporal_cli  # noqa: E402
+from bench.procstat import cmdline  # noqa: E402
+from substrate.procs import stat_fields  # noqa: E402
 from worker.devserver import dev_server_command, registered_search_attributes  # noqa: E402
 from worker.mission_control import MissionControl, MissionIdUsed, parse_spec  # noqa: E402
 from worker.ports import free_port  # noqa: E402
@@ -200,25 +201,9 @@ def _killpg(pgid: int, sig: int) -> None:
         pass
 
 
-def _proc_stat(pid: int) -> list[str] | None:
-    """Fields of /proc/PID/stat from `state` on (the command name may hold spaces); None if gone."""
-    try:
-        text = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return text[text.rindex(")") + 2 :].split()
-
-
 def _alive(pid: int) -> bool:
-    fields = _proc_stat(pid)
+    fields = stat_fields(pid)
     return fields is not None and fields[0] != "Z"
-
-
-def _cmdline(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
-    except OSError:
-        return ""
 
 
 def workload_processes(marker: str | None, groups: Iterable[int] = ()) -> dict[int, str]:
@@ -232,10 +217,10 @@ def workload_processes(marker: str | None, groups: Iterable[int] = ()) -> dict[i
         if not entry.name.isdigit() or int(entry.name) == me:
             continue
         pid = int(entry.name)
-        fields = _proc_stat(pid)
+        fields = stat_fields(pid)
         if fields is None or fields[0] == "Z":
             continue
-        line = _cmdline(pid)
+        line = cmdline(pid)
         if (marker is not None and marker in line) or int(fields[2]) in groups:
             found[pid] = line
     return found
@@ -995,7 +980,7 @@ async def run_scenario(name: str, s: Settings) -> Report:
         left = workload_processes(str(stack.runs) + os.sep)
         for pid in left:
             _killpg(pid, signal.SIGKILL)
-            _killpg(int((_proc_stat(pid) or ["", "", str(pid)])[2]), signal.SIGKILL)
+            _killpg(int((stat_fields(pid) or ["", "", str(pid)])[2]), signal.SIGKILL)
         if left:
             report.notes.append(f"{len(left)} workload processes were still alive after the stack stopped; killed")
     report.seconds = time.monotonic() - began

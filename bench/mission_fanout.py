@@ -33,7 +33,6 @@ from temporalio.contrib.pydantic import pydantic_data_converter  # noqa: E402
 from temporalio.testing import WorkflowEnvironment  # noqa: E402
 
 from activities.fleet import FleetActivities  # noqa: E402
-from substrate.procs import stat_fields  # noqa: E402
 from substrate.server import spawn  # noqa: E402
 from worker.binaries import temporal_cli  # noqa: E402
 from worker.config import WorkerConfig  # noqa: E402
@@ -44,6 +43,7 @@ from workflows.admission.model import AdmissionPolicy  # noqa: E402
 from workflows.mission.search import SEARCH_ATTRIBUTES  # noqa: E402
 
 from fanout_workflows import FanoutParent, NoopChild  # noqa: E402  (bench/, beside this file)
+from bench.procstat import cpu_seconds, dev_server_pid  # noqa: E402
 
 
 class CpuMeter:
@@ -52,34 +52,15 @@ class CpuMeter:
     NAMES = ("worker", "dev server", "substrate")
 
     def __init__(self, substrate_pid: int) -> None:
-        me = os.getpid()
-        servers = [pid for pid in _children(me) if "start-dev" in _cmdline(pid)]
         # (pid, with the children it reaped): the substrate's commands count as its own.
-        self._processes = ((me, False), (servers[0] if servers else None, False), (substrate_pid, True))
+        self._processes = ((os.getpid(), False), (dev_server_pid(), False), (substrate_pid, True))
 
     def read(self) -> tuple[float, ...]:
-        return tuple(_cpu_seconds(pid, reaped=reaped) for pid, reaped in self._processes)
+        return tuple(_or_nan(cpu_seconds(pid, reaped=reaped)) for pid, reaped in self._processes)
 
 
-def _cpu_seconds(pid: int | None, *, reaped: bool) -> float:
-    """`reaped`: with the children the process has waited for (the substrate's commands)."""
-    fields = None if pid is None else stat_fields(pid)
-    if fields is None:
-        return float("nan")
-    ticks = int(fields[11]) + int(fields[12]) + (int(fields[13]) + int(fields[14]) if reaped else 0)
-    return ticks / os.sysconf("SC_CLK_TCK")
-
-
-def _children(parent: int) -> list[int]:
-    pids = (int(entry.name) for entry in Path("/proc").iterdir() if entry.name.isdigit())
-    return [pid for pid in pids if (fields := stat_fields(pid)) is not None and int(fields[1]) == parent]
-
-
-def _cmdline(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-    except OSError:
-        return ""
+def _or_nan(seconds: float | None) -> float:
+    return float("nan") if seconds is None else seconds
 
 
 async def measured(meter: CpuMeter | None, run) -> tuple[object, tuple[float, ...] | None]:

@@ -25,6 +25,7 @@ import httpx
 import pytest
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
 
+from substrate.procs import stat_fields
 from worker.devserver import registered_search_attributes
 from worker.ports import PortInUse
 from worker.stack import DevStack, StackError
@@ -45,23 +46,15 @@ STRICT_WORKER = {"workflow_failure_exception_types": [Exception]}
 # --- process bookkeeping (Linux /proc) ------------------------------------------------------------
 
 
-def _stat(pid: int) -> list[str] | None:
-    try:
-        text = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return text[text.rindex(")") + 2 :].split()  # fields from `state` on; comm may contain spaces
-
-
 def alive(pid: int) -> bool:
-    fields = _stat(pid)
+    fields = stat_fields(pid)
     return fields is not None and fields[0] != "Z"
 
 
 def all_processes() -> dict[int, list[str]]:
     found = {}
     for entry in Path("/proc").iterdir():
-        if entry.name.isdigit() and (fields := _stat(int(entry.name))) is not None:
+        if entry.name.isdigit() and (fields := stat_fields(int(entry.name))) is not None:
             found[int(entry.name)] = fields
     return found
 
