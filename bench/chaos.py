@@ -62,7 +62,7 @@ from temporalio.contrib.pydantic import pydantic_data_converter  # noqa: E402
 from temporalio.service import RPCError, RPCStatusCode  # noqa: E402
 
 from bench.procstat import cmdline  # noqa: E402
-from substrate.procs import stat_fields  # noqa: E402
+from substrate.procs import alive, stat_fields  # noqa: E402
 from worker.devserver import dev_server_command, registered_search_attributes  # noqa: E402
 from worker.mission_control import MissionControl, MissionIdUsed, parse_spec  # noqa: E402
 from worker.ports import free_port  # noqa: E402
@@ -199,11 +199,6 @@ def _killpg(pgid: int, sig: int) -> None:
         os.killpg(pgid, sig)
     except (ProcessLookupError, PermissionError):
         pass
-
-
-def _alive(pid: int) -> bool:
-    fields = stat_fields(pid)
-    return fields is not None and fields[0] != "Z"
 
 
 def workload_processes(marker: str | None, groups: Iterable[int] = ()) -> dict[int, str]:
@@ -856,7 +851,7 @@ async def lease_expiry(stack: Stack, control: MissionControl, s: Settings, repor
     bound = s.pick(45, 30)
     while len(stopped_at) < len(pids) and time.monotonic() - back < bound:
         for name, pid in pids.items():
-            if name not in stopped_at and not _alive(pid):
+            if name not in stopped_at and not alive(pid):
                 stopped_at[name] = time.time()
         await asyncio.sleep(0.1)
     still = sorted(set(pids) - set(stopped_at))

@@ -186,6 +186,11 @@ def start_ticks(pid: int) -> int | None:
     return int(fields[19])
 
 
+def alive(pid: int) -> bool:
+    """`pid` exists and has not exited (a zombie has: it only waits to be reaped)."""
+    return start_ticks(pid) is not None
+
+
 def _group_members(pgid: int) -> list[int]:
     members = []
     with contextlib.suppress(OSError):

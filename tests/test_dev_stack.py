@@ -25,7 +25,7 @@ import httpx
 import pytest
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
 
-from substrate.procs import stat_fields
+from substrate.procs import alive, stat_fields
 from worker.devserver import registered_search_attributes
 from worker.ports import PortInUse
 from worker.stack import DevStack, StackError
@@ -44,11 +44,6 @@ STRICT_WORKER = {"workflow_failure_exception_types": [Exception]}
 
 
 # --- process bookkeeping (Linux /proc) ------------------------------------------------------------
-
-
-def alive(pid: int) -> bool:
-    fields = stat_fields(pid)
-    return fields is not None and fields[0] != "Z"
 
 
 def all_processes() -> dict[int, list[str]]:
