@@ -260,7 +260,7 @@ async def _run(args, steps: list[int], designs: list[str]) -> int:
     import tempfile
     import uuid
 
-    from temporalio.contrib.pydantic import pydantic_data_converter
+    from worker.payloads import DATA_CONVERTER
     from temporalio.testing import WorkflowEnvironment
 
     from bench.procstat import dev_server_pid
@@ -274,7 +274,7 @@ async def _run(args, steps: list[int], designs: list[str]) -> int:
         max_concurrent=limit, lease_ttl_seconds=args.ttl, aging_interval_seconds=3600, terminal_retention_seconds=60,
     )
     env = await WorkflowEnvironment.start_local(
-        dev_server_existing_path=temporal_cli(), data_converter=pydantic_data_converter, ui=False,
+        dev_server_existing_path=temporal_cli(), data_converter=DATA_CONVERTER, ui=False,
         dev_server_log_level="error",
     )
     results: dict[str, list[Step]] = {}
@@ -320,7 +320,7 @@ async def _worker_process(role: str, address: str, holder_queue: str, admission_
     from pathlib import Path
 
     from temporalio.client import Client
-    from temporalio.contrib.pydantic import pydantic_data_converter
+    from worker.payloads import DATA_CONVERTER
     from temporalio.worker import Worker
     from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
@@ -330,7 +330,7 @@ async def _worker_process(role: str, address: str, holder_queue: str, admission_
     from workflows.admission.model import AdmissionPolicy
 
     logging.basicConfig(level=logging.ERROR)
-    client = await Client.connect(address, data_converter=pydantic_data_converter)
+    client = await Client.connect(address, data_converter=DATA_CONVERTER)
     policy = AdmissionPolicy(max_concurrent=1)  # only for a singleton a submit had to start: never here
     if role == "singleton":
         config = WorkerConfig(data_dir=Path(data_dir), task_queue=admission_queue, admission_policy=policy)

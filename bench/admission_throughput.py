@@ -257,7 +257,7 @@ async def _run(args) -> int:
     import uuid
     from pathlib import Path
 
-    from temporalio.contrib.pydantic import pydantic_data_converter
+    from worker.payloads import DATA_CONVERTER
     from temporalio.testing import WorkflowEnvironment
 
     from worker.binaries import temporal_cli
@@ -279,7 +279,7 @@ async def _run(args) -> int:
         lease_ttl_seconds=600, aging_interval_seconds=3600,
     )
     env = await WorkflowEnvironment.start_local(
-        dev_server_existing_path=temporal_cli(), data_converter=pydantic_data_converter, ui=False,
+        dev_server_existing_path=temporal_cli(), data_converter=DATA_CONVERTER, ui=False,
         dev_server_log_level="error",
     )
     runs: dict[str, list[Run]] = {key: [] for key in keys}
@@ -635,7 +635,7 @@ def can_payload_size(queued: int) -> CanSize:
     from collections import deque
     from datetime import timezone
 
-    from temporalio.contrib.pydantic import pydantic_data_converter
+    from worker.payloads import DATA_CONVERTER
 
     from workflows.admission import engine
     from workflows.admission.messages import AdmissionWorkflowInput
@@ -669,7 +669,7 @@ def can_payload_size(queued: int) -> CanSize:
         audit_chain=str(uuid.UUID(int=rng.getrandbits(128), version=4)),
     )
     can_input = shell.model_copy(update={"carried": carried})
-    payload = pydantic_data_converter.payload_converter.to_payloads([can_input])[0]
+    payload = DATA_CONVERTER.payload_converter.to_payloads([can_input])[0]
     document = json.loads(payload.data)["carried"]
 
     def size(value) -> int:

@@ -58,7 +58,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from temporalio.client import Client, WorkflowExecutionStatus  # noqa: E402
-from temporalio.contrib.pydantic import pydantic_data_converter  # noqa: E402
+from worker.payloads import DATA_CONVERTER  # noqa: E402
 from temporalio.service import RPCError, RPCStatusCode  # noqa: E402
 
 from bench.procstat import cmdline  # noqa: E402
@@ -292,7 +292,7 @@ class Stack:
 
     async def start(self, *, workers: bool = True) -> None:
         await self.start_temporal()
-        self.client = await Client.connect(self.temporal_address, namespace=NAMESPACE, data_converter=pydantic_data_converter)
+        self.client = await Client.connect(self.temporal_address, namespace=NAMESPACE, data_converter=DATA_CONVERTER)
         if workers:  # a worker needs no substrate to start: the first one starts beside it
             await asyncio.gather(self.start_substrate(), self.start_worker(self.workers[0]))
             for worker in self.workers[1:]:  # one after the other: see start_workers

@@ -29,7 +29,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from temporalio.contrib.pydantic import pydantic_data_converter  # noqa: E402
+from worker.payloads import DATA_CONVERTER  # noqa: E402
 from temporalio.testing import WorkflowEnvironment  # noqa: E402
 
 from activities.fleet import FleetActivities  # noqa: E402
@@ -105,7 +105,7 @@ async def main(children: int, rounds: int) -> None:
     fleet_token, executor_token = secrets.token_urlsafe(24), secrets.token_urlsafe(24)
     with tempfile.TemporaryDirectory() as scratch:
         env = await WorkflowEnvironment.start_local(
-            data_converter=pydantic_data_converter, dev_server_existing_path=temporal_cli(),
+            data_converter=DATA_CONVERTER, dev_server_existing_path=temporal_cli(),
             search_attributes=SEARCH_ATTRIBUTES, ui=False,
         )
         try:

@@ -211,7 +211,7 @@ def lines_executed(paths: set[str]) -> Iterator[set[tuple[str, int]]]:
 
 async def _replay_traced(history_paths: list[Path], sites: list[Site]) -> dict[Site, list[str]]:
     from temporalio.client import WorkflowHistory
-    from temporalio.contrib.pydantic import pydantic_data_converter
+    from worker.payloads import DATA_CONVERTER
     from temporalio.worker import Replayer
 
     from tests.decision_sink import DecisionSinkWorkflow
@@ -225,7 +225,7 @@ async def _replay_traced(history_paths: list[Path], sites: list[Site]) -> dict[S
             with ThreadPoolExecutor(max_workers=1) as executor:
                 replayer = Replayer(
                     workflows=[*WORKFLOWS, DecisionSinkWorkflow],
-                    data_converter=pydantic_data_converter,
+                    data_converter=DATA_CONVERTER,
                     workflow_task_executor=executor,
                 )
                 history = WorkflowHistory.from_json(history_path.stem, history_path.read_text())

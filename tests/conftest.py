@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 from temporalio.client import Client
-from temporalio.contrib.pydantic import pydantic_data_converter
+from worker.payloads import DATA_CONVERTER
 from temporalio.testing import WorkflowEnvironment
 
 from tests.postgres import postgres_server, postgres_url  # noqa: F401  (shared fixtures: a throw-away PostgreSQL)
@@ -38,7 +38,7 @@ def contract_dir() -> Path:
 
 async def _time_skipping_server() -> AsyncIterator[WorkflowEnvironment]:
     env = await WorkflowEnvironment.start_time_skipping(
-        data_converter=pydantic_data_converter,
+        data_converter=DATA_CONVERTER,
         test_server_existing_path=temporal_test_server(),
     )
     try:
@@ -72,7 +72,7 @@ async def dev_env() -> AsyncIterator[WorkflowEnvironment]:
     for key, value in DEV_SERVER_DYNAMIC_CONFIG.items():
         extra += ["--dynamic-config-value", f"{key}={value}"]
     env = await WorkflowEnvironment.start_local(
-        data_converter=pydantic_data_converter,
+        data_converter=DATA_CONVERTER,
         dev_server_existing_path=temporal_cli(),
         dev_server_extra_args=extra,
         search_attributes=SEARCH_ATTRIBUTES,

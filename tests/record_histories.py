@@ -22,7 +22,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from temporalio.client import Client, WorkflowFailureError
-from temporalio.contrib.pydantic import pydantic_data_converter
+from worker.payloads import DATA_CONVERTER
 from temporalio.testing import WorkflowEnvironment
 
 from activities.admission import set_policy_with_start, signal_with_start_admission
@@ -101,7 +101,7 @@ async def main() -> None:
     with tempfile.TemporaryDirectory() as scratch:
         scratch_path = Path(scratch)
         env = await WorkflowEnvironment.start_local(
-            data_converter=pydantic_data_converter,
+            data_converter=DATA_CONVERTER,
             dev_server_existing_path=temporal_cli(),
             dev_server_extra_args=["--dynamic-config-value", "limit.historyCount.suggestContinueAsNew=100"],
             search_attributes=SEARCH_ATTRIBUTES,

@@ -13,7 +13,7 @@ import sys
 
 import httpx
 from temporalio.client import Client
-from temporalio.contrib.pydantic import pydantic_data_converter
+from worker.payloads import DATA_CONVERTER
 
 from tests.mission_harness import mission_harness
 from tests.substrate_fixtures import substrate  # noqa: F401  (fixture)
@@ -47,7 +47,7 @@ async def test_a_worker_running_missions_serves_every_product_metric(dev_client:
     address = f"127.0.0.1:{free_port('127.0.0.1')}"
     client = await Client.connect(
         dev_client.service_client.config.target_host, namespace=dev_client.namespace,
-        data_converter=pydantic_data_converter, runtime=metrics_runtime(address),
+        data_converter=DATA_CONVERTER, runtime=metrics_runtime(address),
     )
     async with mission_harness(client, substrate, tmp_path) as h:
         spec = parse_spec(h.spec("metered", [

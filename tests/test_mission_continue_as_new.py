@@ -8,7 +8,7 @@ import signal
 
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError
-from temporalio.contrib.pydantic import pydantic_data_converter
+from worker.payloads import DATA_CONVERTER
 from temporalio.worker import Replayer
 
 from tests.mission_harness import mission_harness, process_alive
@@ -67,7 +67,7 @@ async def test_a_mission_supervising_long_lived_children_continues_as_new_and_st
             assert final.child(child["child_id"]).observed_state == "cancelled"
         assert await h.admission_leases(spec.host_group) == []
 
-        replayer = Replayer(workflows=[MissionWorkflow], data_converter=pydantic_data_converter)
+        replayer = Replayer(workflows=[MissionWorkflow], data_converter=DATA_CONVERTER)
         for run in await runs_of(dev_client, handle.id):
             await replayer.replay_workflow(await dev_client.get_workflow_handle(handle.id, run_id=run.run_id).fetch_history())
 

@@ -23,7 +23,7 @@ from temporalio.client import (
     WorkflowHandle,
     WorkflowUpdateHandle,
 )
-from temporalio.contrib.pydantic import pydantic_data_converter
+from worker.payloads import DATA_CONVERTER
 from temporalio.api.workflowservice.v1 import GetSystemInfoRequest
 from temporalio.service import RPCError, RPCStatusCode
 
@@ -167,7 +167,7 @@ async def test_run_gives_up_past_the_bound_in_one_line(temporal, substrate, tmp_
         cli = await start_run_in_thread(h, tmp_path, spec)
         # A live view connected before the server went away gives up the same way.
         live = LiveAdmission(
-            await Client.connect(temporal.address, data_converter=pydantic_data_converter, retry_config=CLI_RETRY_CONFIG),
+            await Client.connect(temporal.address, data_converter=DATA_CONVERTER, retry_config=CLI_RETRY_CONFIG),
             spec["host_group"], reconnect_seconds=1, announce=(announced := []).append,
         )
         await asyncio.to_thread(temporal.stop)
@@ -224,7 +224,7 @@ class _LoseReviewAnswer(OutboundInterceptor):
 async def test_review_repeated_after_a_lost_answer_is_recorded_once(dev_client: Client, substrate, tmp_path, remembers):
     lossy = LoseReviewAnswer(remembers)
     client = Client(
-        dev_client.service_client, namespace=dev_client.namespace, data_converter=pydantic_data_converter,
+        dev_client.service_client, namespace=dev_client.namespace, data_converter=DATA_CONVERTER,
         interceptors=[lossy],
     )
     async with mission_harness(dev_client, substrate, tmp_path) as h:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 from temporalio.client import WorkflowHistory
-from temporalio.contrib.pydantic import pydantic_data_converter
+from worker.payloads import DATA_CONVERTER
 from temporalio.worker import Replayer
 
 from tests.command_sites import INDEX, command_sites, index_rows, index_table, reached_by_histories
@@ -32,7 +32,7 @@ def test_every_workflow_type_has_recorded_histories() -> None:
 
 @pytest.mark.parametrize("path", HISTORIES, ids=[path.stem for path in HISTORIES])
 async def test_history_replays(path: Path) -> None:
-    replayer = Replayer(workflows=[*WORKFLOWS, DecisionSinkWorkflow], data_converter=pydantic_data_converter)
+    replayer = Replayer(workflows=[*WORKFLOWS, DecisionSinkWorkflow], data_converter=DATA_CONVERTER)
     history = WorkflowHistory.from_json(path.stem, path.read_text())
     await replayer.replay_workflow(history)
 

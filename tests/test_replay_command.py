@@ -14,7 +14,7 @@ import uuid
 
 import pytest
 from temporalio.client import Client, WorkflowHistory
-from temporalio.contrib.pydantic import pydantic_data_converter
+from worker.payloads import DATA_CONVERTER
 from temporalio.worker import Replayer, Worker
 
 import worker.cli.replay as replay_cli
@@ -146,7 +146,7 @@ async def test_a_real_mission_and_probes_replay_and_save(dev_client: Client, sub
         assert len(files) == report["replayed"]
         assert {path.parent for path in saved.rglob("*")} == {saved}  # nothing outside, no subdirectories
         assert (saved / f"{file_stem(f'probe-p1-{h.suffix}')}.json").exists()
-        replayer = Replayer(workflows=WORKFLOWS, data_converter=pydantic_data_converter)
+        replayer = Replayer(workflows=WORKFLOWS, data_converter=DATA_CONVERTER)
         for path in files:
             content = path.read_text()
             assert all(trace == "" for trace in re.findall(r'"stackTrace": "([^"]*)"', content)), path
@@ -221,10 +221,10 @@ async def test_a_changed_workflow_class_is_reported_nondeterministic(
     assert [path.name for path in files] == sorted(f"{file_stem(workflow_id)}.json" for workflow_id in run_ids)
     for path in files:
         history = WorkflowHistory.from_json(path.stem, path.read_text())
-        good = await Replayer(workflows=[ReplayProbeWorkflow], data_converter=pydantic_data_converter).replay_workflow(
+        good = await Replayer(workflows=[ReplayProbeWorkflow], data_converter=DATA_CONVERTER).replay_workflow(
             history, raise_on_replay_failure=False)
         assert good.replay_failure is None
-        bad = await Replayer(workflows=[ChangedReplayProbeWorkflow], data_converter=pydantic_data_converter).replay_workflow(
+        bad = await Replayer(workflows=[ChangedReplayProbeWorkflow], data_converter=DATA_CONVERTER).replay_workflow(
             history, raise_on_replay_failure=False)
         assert bad.replay_failure is not None
 
@@ -283,7 +283,7 @@ async def test_a_continue_as_new_chain_saves_every_run(dev_client: Client, tmp_p
     first = WorkflowHistory.from_json(stem, (saved / f"{stem}-older1.json").read_text())
     assert first.run_id == handle.result_run_id  # the first run is the older one
     for path in saved.glob("*.json"):
-        await Replayer(workflows=[ReplayProbeWorkflow], data_converter=pydantic_data_converter).replay_workflow(
+        await Replayer(workflows=[ReplayProbeWorkflow], data_converter=DATA_CONVERTER).replay_workflow(
             WorkflowHistory.from_json(path.stem, path.read_text()))
 
 

@@ -21,7 +21,7 @@ import pytest
 from temporalio.api.enums.v1 import EventType
 from temporalio import activity
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError, WorkflowHandle
-from temporalio.contrib.pydantic import pydantic_data_converter
+from worker.payloads import DATA_CONVERTER
 from temporalio.testing import WorkflowEnvironment
 from temporalio.exceptions import ApplicationError, is_cancelled_exception
 from temporalio.worker import Replayer, Worker
@@ -156,7 +156,7 @@ async def activity_calls(handle: WorkflowHandle) -> list[tuple[str, Any]]:
 
 async def assert_replays(*handles: WorkflowHandle) -> None:
     """The workflow code still produces exactly these histories (determinism)."""
-    replayer = Replayer(workflows=[WorkloadWorkflow, WorkloadParentProbe], data_converter=pydantic_data_converter)
+    replayer = Replayer(workflows=[WorkloadWorkflow, WorkloadParentProbe], data_converter=DATA_CONVERTER)
     for handle in handles:
         await replayer.replay_workflow(await handle.fetch_history())
 

@@ -30,7 +30,7 @@ from typing import Any, TypeVar
 
 from temporalio.api.workflowservice.v1 import GetSystemInfoRequest
 from temporalio.client import Client, RPCTimeoutOrCancelledError
-from temporalio.contrib.pydantic import pydantic_data_converter
+from worker.payloads import DATA_CONVERTER
 from temporalio.envconfig import ClientConfig
 from temporalio.service import RetryConfig, RPCError, RPCStatusCode
 
@@ -145,7 +145,7 @@ async def connect(profile: str | None = None, **overrides: Any) -> Client:
         raise ConnectionError(str(error)) from None
     target = options.pop("target_host")
     try:
-        return await Client.connect(target, data_converter=pydantic_data_converter, **options)
+        return await Client.connect(target, data_converter=DATA_CONVERTER, **options)
     except RuntimeError as error:
         raise (ServerUnreachable if _says_connection_lost(str(error)) else ConnectionError)(
             f"cannot reach Temporal at {target} (namespace {options.get('namespace')}): {error}. "

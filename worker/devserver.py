@@ -21,7 +21,7 @@ from temporalio.api.enums.v1 import IndexedValueType
 from temporalio.api.operatorservice.v1 import ListSearchAttributesRequest
 from temporalio.client import Client
 from temporalio.common import SearchAttributeKey
-from temporalio.contrib.pydantic import pydantic_data_converter
+from worker.payloads import DATA_CONVERTER
 from temporalio.service import RPCError
 
 from activities.credentials import TOKEN_ENV_VARS
@@ -150,7 +150,7 @@ async def _await_ready(server: DevServer, search_attributes: Sequence[SearchAttr
         try:
             if client is None:
                 client = await asyncio.wait_for(
-                    Client.connect(server.address, namespace=server.namespace, data_converter=pydantic_data_converter),
+                    Client.connect(server.address, namespace=server.namespace, data_converter=DATA_CONVERTER),
                     timeout=5,
                 )
             missing = wanted - set(await registered_search_attributes(client, server.namespace))

@@ -26,7 +26,7 @@ from pathlib import Path
 
 from temporalio.client import Client, WorkflowHistory
 from temporalio.runtime import LoggingConfig, Runtime, TelemetryConfig, TelemetryFilter
-from temporalio.contrib.pydantic import pydantic_data_converter
+from worker.payloads import DATA_CONVERTER
 from temporalio.service import RPCError, RPCStatusCode
 from temporalio.worker import Replayer
 from temporalio.workflow import NondeterminismError
@@ -256,7 +256,7 @@ async def replay_histories(
 ) -> ReplayReport:
     """Replay each history against `workflows` with the production data converter; every history
     is counted under its workflow type, and every failure kept (one line) in `report`."""
-    replayer = Replayer(workflows=list(workflows), data_converter=pydantic_data_converter, runtime=quiet_runtime())
+    replayer = Replayer(workflows=list(workflows), data_converter=DATA_CONVERTER, runtime=quiet_runtime())
     with worker_logs_quiet():
         async with replayer.workflow_replay_iterator(histories) as results:
             async for result in results:

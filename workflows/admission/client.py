@@ -31,13 +31,14 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Iterable
 from datetime import datetime, timedelta
-from typing import Literal
+from typing import Any, Literal
 
 from temporalio import workflow
 
 from workflows.timers import KeptTimer
 
 with workflow.unsafe.imports_passed_through():
+    from workflows import inbound
     from workflows.admission.messages import (
         DECISION_SIGNAL,
         AdmissionDecision,
@@ -63,8 +64,16 @@ Renewal = Literal["requester", "per-lease"]
 
 
 class AdmissionClient:
-    def __init__(self, host_group: str, *, search_attributes: bool = False, renewal: Renewal = "requester") -> None:
+    def __init__(
+        self,
+        host_group: str,
+        *,
+        search_attributes: bool = False,
+        renewal: Renewal = "requester",
+        on_refused: Callable[[str, inbound.Refused], None] | None = None,
+    ) -> None:
         self.host_group = host_group
+        self._on_refused = on_refused  # a decision signal whose argument was refused: the requester records it
         self.renewal = renewal
         self._search_attributes = search_attributes
         self.decisions: dict[str, AdmissionDecision] = {}
@@ -108,7 +117,13 @@ class AdmissionClient:
 
     # --- inbound ----------------------------------------------------------------------------
 
-    def _on_decisions(self, batch: DecisionBatch) -> None:
+    def _on_decisions(self, *args: Any) -> None:
+        try:
+            batch = inbound.argument(args, DecisionBatch, f"the {DECISION_SIGNAL} signal's argument")
+        except inbound.Refused as refused:  # from no singleton of ours: nothing to act on
+            if self._on_refused is not None:
+                self._on_refused(DECISION_SIGNAL, refused)
+            return
         for decision in batch.decisions:
             known = self.decisions.get(decision.request_id)
             if known is not None and decision.state != "unknown" and decision.revision < known.revision:

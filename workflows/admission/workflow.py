@@ -28,12 +28,15 @@ from __future__ import annotations
 import asyncio
 from collections import defaultdict, deque
 from datetime import datetime, timedelta
+from typing import Annotated, Any
 
+from pydantic import Field, TypeAdapter
 from temporalio import workflow
 from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
+    from workflows import inbound
     from workflows.admission import codec, engine
     from workflows.admission.messages import (
         BETWEEN_RESTORE_SLICES,
@@ -76,14 +79,24 @@ with workflow.unsafe.imports_passed_through():
 
 EXPORT_AUDIT_ACTIVITY = "export_audit_events"
 MAX_EVENTS_PER_EXPORT = 500  # keeps one export's input far below the server's payload limit
+ADMISSION_WORKFLOW = "AdmissionWorkflow"
+SCHEMA_HINT = "see `conductor mission schema --list` and docs/mission-control-api.md"
+_LIMIT = TypeAdapter(Annotated[int, Field(ge=0, le=100_000)])
 CARRY_AT_MOST = 100  # inbox items a continue-as-new carries without one more decision pass first
 
 
-@workflow.defn(name="AdmissionWorkflow")
+@workflow.defn(name=ADMISSION_WORKFLOW)
 class AdmissionWorkflow:
     @workflow.init
-    def __init__(self, input: AdmissionWorkflowInput) -> None:
+    def __init__(self, *args: Any) -> None:
+        # Operators and the `temporal` CLI start host groups too (docs/admission-engine.md): a bad
+        # input fails the run at once instead of its first workflow task for ever.
+        try:
+            input = inbound.argument(args, AdmissionWorkflowInput, "AdmissionWorkflow's input", hint=SCHEMA_HINT)
+        except inbound.Refused as refused:
+            raise inbound.refused_start(refused, ADMISSION_WORKFLOW) from None
         self._input = input
+        self._refused: deque[inbound.Refusal] = deque(maxlen=inbound.MAX_REFUSALS_KEPT)
         carried = input.carried
         self._restore: codec.Restore | None = None
         if carried is None:
@@ -135,35 +148,48 @@ class AdmissionWorkflow:
         "For requester workflows (missions, workloads) only, through workflows.admission.client; not an operator action. "
         "Queues a requester's batch of admission requests; the decisions come back as admission_decided signals."
     ))
-    def submit(self, batch: SubmitBatch) -> None:
+    def submit(self, *args: Any) -> None:
+        batch = self._signal_argument("submit", args, SubmitBatch)
+        if batch is None:
+            return
         self._inbox.append(InboxItem(kind="submit", submit=batch))
 
     @workflow.signal(description=(
         "For requester workflows (missions, workloads) only, through workflows.admission.client; not an operator action. "
         "Renews held leases (sent on a durable timer at a third of the TTL): named ones, or everything the requester holds."
     ))
-    def renew(self, batch: RenewBatch) -> None:
+    def renew(self, *args: Any) -> None:
+        batch = self._signal_argument("renew", args, RenewBatch)
+        if batch is None:
+            return
         self._inbox.append(InboxItem(kind="renew", renew=batch))
 
     @workflow.signal(description=(
         "For requester workflows (missions, workloads) only, through workflows.admission.client; not an operator action. "
         "Gives back held leases when the work ended."
     ))
-    def release(self, batch: ReleaseBatch) -> None:
+    def release(self, *args: Any) -> None:
+        batch = self._signal_argument("release", args, ReleaseBatch)
+        if batch is None:
+            return
         self._inbox.append(InboxItem(kind="release", release=batch))
 
     @workflow.signal(description=(
         "For requester workflows (missions, workloads) only, through workflows.admission.client; not an operator action. "
         "Withdraws queued or held requests. Operators abandon work with `conductor mission cancel`."
     ))
-    def cancel(self, batch: CancelBatch) -> None:
+    def cancel(self, *args: Any) -> None:
+        batch = self._signal_argument("cancel", args, CancelBatch)
+        if batch is None:
+            return
         self._inbox.append(InboxItem(kind="cancel", cancel=batch))
 
     @workflow.update(description=(
         "Operators: replace this host group's admission policy (`conductor admission policy set`). "
         "Requires the operator's name, which the audit trail records; the change applies on the next decision pass."
     ))
-    def set_policy(self, change: PolicyChange) -> AdmissionPolicy:
+    def set_policy(self, *args: Any) -> AdmissionPolicy:
+        change = inbound.argument(args, PolicyChange, "the set_policy update's argument")
         # An update, not a signal: its argument's type (`PolicyChange.operator`, an OperatorName)
         # requires the operator's name, so a change without one is rejected before it reaches
         # history and the sender learns why. Applied in the decision loop like every other input
@@ -171,10 +197,24 @@ class AdmissionWorkflow:
         self._inbox.append(InboxItem(kind="set_policy", set_policy=change))
         return change.policy
 
+    @set_policy.validator
+    def _policy_change_readable(self, *args: Any) -> None:
+        inbound.argument(args, PolicyChange, "the set_policy update's argument", hint=SCHEMA_HINT)
+
+    def _signal_argument(self, name: str, args: tuple[Any, ...], model: Any) -> Any:
+        """The signal's one argument, or None when it was refused (kept for the `refusals` query)."""
+        try:
+            return inbound.argument(args, model, f"the {name} signal's argument", hint=SCHEMA_HINT)
+        except inbound.Refused as refused:
+            workflow.logger.warning("signal %s refused: %s", name, refused)
+            self._refused.append(inbound.Refusal(at=workflow.now(), signal=name, reason=str(refused)))
+            return None
+
     # --- queries ----------------------------------------------------------------------------
 
     @workflow.query(description="The admission queue in decision order: position, effective priority, binding limit, wait.")
-    def queue(self, limit: int = 1000) -> list[QueueRow]:
+    def queue(self, *args: Any) -> list[QueueRow]:
+        limit = inbound.optional_argument(args, _LIMIT, 1000, "the queue query's limit")
         self._require_restored()
         state = self._state
         rows = []
@@ -192,7 +232,8 @@ class AdmissionWorkflow:
         return rows
 
     @workflow.query(description="Every held lease: holder, placement, revision and expiry.")
-    def leases(self) -> list[LeaseRow]:
+    def leases(self, *args: Any) -> list[LeaseRow]:
+        inbound.no_argument(args, "the leases query")
         self._require_restored()
         rows = []
         for rec in sorted(self._state.admitted.values(), key=lambda rec: (rec.lease_expires_us, rec.request_id)):
@@ -214,28 +255,38 @@ class AdmissionWorkflow:
     @workflow.query(name=REQUESTERS_QUERY, description=(
         "The requester workflows that hold or wait for a lease here: what the requester sweep checks against visibility."
     ))
-    def requesters(self) -> list[str]:
+    def requesters(self, *args: Any) -> list[str]:
+        inbound.no_argument(args, "the requesters query")
         self._require_restored()
         return sorted(who for who in self._by_requester if self._live_requests_of(who))
 
     @workflow.query(description="Leases held against each limit of the policy (global, environment, provider, lane, runtime).")
-    def usage(self) -> list[UsageRow]:
+    def usage(self, *args: Any) -> list[UsageRow]:
+        inbound.no_argument(args, "the usage query")
         self._require_restored()
         return [UsageRow(limit=label, used=used, maximum=maximum) for label, used, maximum in engine.usage_view(self._state)]
 
     @workflow.query(description="The most recent audit events (the full trail is in the audit store: `conductor admission audit`).")
-    def audit(self, limit: int = 50) -> list[AuditEvent]:
+    def audit(self, *args: Any) -> list[AuditEvent]:
+        limit = inbound.optional_argument(args, _LIMIT, 50, "the audit query's limit")
         return list(self._recent)[-limit:] if limit > 0 else []
 
     @workflow.query(description="The admission policy in force.")
-    def policy(self) -> AdmissionPolicy:
+    def policy(self, *args: Any) -> AdmissionPolicy:
+        inbound.no_argument(args, "the policy query")
         return self._state.policy
 
     @workflow.query(description="What would happen to this request if it were submitted now, without submitting it.")
-    def what_if(self, request: AdmissionRequest) -> WhatIf:
+    def what_if(self, *args: Any) -> WhatIf:
+        request = inbound.argument(args, AdmissionRequest, "the what_if query's argument", hint=SCHEMA_HINT)
         self._require_restored()
         outcome, explanation = engine.what_if(self._state, request)
         return WhatIf(outcome=outcome, explanation=explanation)
+
+    @workflow.query(description="Signals this singleton received and did not act on, and why (the newest ones).")
+    def refusals(self, *args: Any) -> list[inbound.Refusal]:
+        inbound.no_argument(args, "the refusals query")
+        return list(self._refused)
 
     def _require_restored(self) -> None:
         restore = self._restore
@@ -248,7 +299,7 @@ class AdmissionWorkflow:
     # --- the loop ---------------------------------------------------------------------------
 
     @workflow.run
-    async def run(self, input: AdmissionWorkflowInput) -> None:
+    async def run(self, *args: Any) -> None:
         await self._finish_restore()
         self._report([])
         while True:

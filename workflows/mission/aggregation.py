@@ -58,6 +58,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any, NamedTuple
 
 from workflows.admission.messages import Backpressure as AdmissionBackpressure
+from workflows.inbound import MAX_REFUSALS_KEPT, Refusal
 from workflows.contract import (
     REVIEW_REQUIRED_STATES,
     TERMINAL_FAILURE_STATES,
@@ -609,6 +610,12 @@ def apply_review(ledger: MissionLedger, spec: MissionSpec, review: ReviewDecisio
     if refusal is not None:
         raise ReviewNotAccepted(refusal)
     return _commit(ledger, ledger.model_copy(update={"review": review}))
+
+
+def record_refusal(ledger: MissionLedger, refusal: Refusal) -> MissionLedger:
+    """A signal the mission did not act on, kept for operators (the newest MAX_REFUSALS_KEPT)."""
+    kept = (*ledger.refused, refusal)[-MAX_REFUSALS_KEPT:]
+    return ledger.model_copy(update={"refused": kept, "snapshot_seq": ledger.snapshot_seq + 1})
 
 
 def mark_cancel_requested(ledger: MissionLedger, child_ids: Iterable[str]) -> MissionLedger:

@@ -39,6 +39,7 @@ from workflows.contract import (
     ObservedState,
     WorkloadKind,
 )
+from workflows.inbound import Refusal
 
 __all__ = [
     "WRITE_LEDGER_SNAPSHOT_ACTIVITY",
@@ -226,6 +227,9 @@ class MissionLedger(_LedgerModel):
     review: ReviewDecision | None = None
     verdict_reason: str | None = None  # why the final parent state was reached; fixed with it
     cancellation: str | None = None  # why the mission was cancelled, when it was
+    # Signals the mission received and did not act on, and why (workflows.inbound): the most
+    # recent MAX_REFUSALS_KEPT, so that a client's mistake is visible where operators look.
+    refused: tuple[Refusal, ...] = ()
     # Counts the distinct states this ledger went through: every function that changes the ledger
     # increments it, one that changes nothing leaves it. Same seq means same content, which is
     # what makes snapshots numbered by it immutable.

@@ -31,7 +31,9 @@ from __future__ import annotations
 
 import asyncio
 from datetime import datetime, timedelta
+from typing import Any
 
+from pydantic import TypeAdapter
 from temporalio import workflow
 from temporalio.common import RetryPolicy, SearchAttributePair, TypedSearchAttributes
 from temporalio.exceptions import is_cancelled_exception
@@ -43,6 +45,7 @@ from workflows.timers import KeptTimer
 with workflow.unsafe.imports_passed_through():
     from workflows.admission.client import AdmissionClient
     from workflows.admission.messages import AdmissionDecision, Backpressure as AdmissionBackpressure
+    from workflows import inbound
     from workflows.admission.model import LANE_OVERRIDE_POLICY, PREEMPTION_POLICY, REQUEUE_POLICY, AdmissionRequest
     from workflows.ids import ATTEMPT_SEPARATOR
     from workflows.mission import aggregation
@@ -55,6 +58,7 @@ with workflow.unsafe.imports_passed_through():
         SnapshotRef,
     )
     from workflows.mission.messages import (
+        MISSION_WORKFLOW,
         RUNNING_WORKFLOWS,
         MissionCarry,
         MissionInput,
@@ -94,6 +98,10 @@ SNAPSHOT_WRITE_TIMEOUT = timedelta(seconds=10)
 # busy for an hour would store gigabytes. Queries (`conductor mission show`, `watch`) read the
 # live ledger, not the store.
 SNAPSHOT_INTERVAL = timedelta(seconds=2)
+# Where a client that sent a bad argument finds the right shape (docs/mission-control-api.md).
+INPUT_HINT = "expected {\"spec\": MissionSpec}: see `conductor mission schema input` and docs/mission-control-api.md"
+REVIEW_HINT = "see `conductor mission schema review` and docs/mission-control-api.md"
+_CHILD_ID = TypeAdapter(str)
 
 
 def _failure_text(error: BaseException) -> str:
@@ -105,10 +113,16 @@ def _failure_text(error: BaseException) -> str:
     return ": ".join(parts)[:500]
 
 
-@workflow.defn(name="MissionWorkflow")
+@workflow.defn(name=MISSION_WORKFLOW)
 class MissionWorkflow:
     @workflow.init
-    def __init__(self, input: MissionInput) -> None:
+    def __init__(self, *args: Any) -> None:
+        # Any client may start a mission (docs/mission-control-api.md): its input is checked here,
+        # and a bad one fails the run at once instead of its first workflow task for ever.
+        try:
+            input = inbound.argument(args, MissionInput, "MissionWorkflow's input", hint=INPUT_HINT)
+        except inbound.Refused as refused:
+            raise inbound.refused_start(refused, MISSION_WORKFLOW) from None
         self._input = input
         self._spec = input.spec
         self._child_specs = {child.child_id: child for child in input.spec.children}
@@ -117,6 +131,7 @@ class MissionWorkflow:
         # (docs/scaling.md), so a round writes no decision, lease revision or ledger snapshot.
         self._admission = AdmissionClient(
             input.spec.host_group, search_attributes=input.search_attributes, renewal="requester",
+            on_refused=self._refuse,
         )
         self._observations: list[ChildObservation] = []
         self._assignments: dict[str, Assignment] = {}
@@ -150,7 +165,10 @@ class MissionWorkflow:
     @workflow.signal(name=OBSERVATION_SIGNAL, description=(
         "For this mission's workload workflows only: a child's new observation. Not an operator action."
     ))
-    def workload_observed(self, observation: ChildObservation) -> None:
+    def workload_observed(self, *args: Any) -> None:
+        observation = self._signal_argument(OBSERVATION_SIGNAL, args, ChildObservation)
+        if observation is None:
+            return
         self._observations.append(observation)
         if observation.attempt == self._ledger.child(observation.child_id).attempt:
             self._note_if_ended(observation.child_id, observation.observed_state)
@@ -159,15 +177,21 @@ class MissionWorkflow:
     @workflow.signal(name=ALIVE_SIGNAL, description=(
         "For this mission's long-lived workload workflows only: a sign of life. Not an operator action."
     ))
-    def workload_alive(self, child_id: str) -> None:
+    def workload_alive(self, *args: Any) -> None:
         """A long-lived child's sign of life; that the signal was delivered is all it needs."""
+        self._signal_argument(ALIVE_SIGNAL, args, _CHILD_ID)
 
     @workflow.signal(description=(
         "Operators: once the verdict has settled, stop the long-lived children (their runtime tasks too), "
         "give back their leases and close (`conductor mission stop`). To abandon a mission, cancel it."
     ))
-    def stop(self) -> None:
+    def stop(self, *args: Any) -> None:
         """Stop supervising: stop every live child's runtime task, release the leases, close."""
+        try:
+            inbound.no_argument(args, "the stop signal")
+        except inbound.Refused as refused:
+            self._refuse("stop", refused)
+            return
         self._stop_requested = True
         self._wake += 1
 
@@ -175,7 +199,8 @@ class MissionWorkflow:
         "Operators: approve or reject a manual-review mission (`conductor mission review`); "
         "requires the operator's name and a reason, which the ledger records."
     ))
-    def review(self, request: ReviewRequest) -> MissionLedger:
+    def review(self, *args: Any) -> MissionLedger:
+        request = inbound.argument(args, ReviewRequest, "the review update's argument")
         decision = ReviewDecision(
             operator=request.operator, decision=request.decision, reason=request.reason, decided_at=workflow.now(),
         )
@@ -185,27 +210,48 @@ class MissionWorkflow:
         return self._ledger
 
     @review.validator
-    def _review_allowed(self, request: ReviewRequest) -> None:
+    def _review_allowed(self, *args: Any) -> None:
+        inbound.argument(args, ReviewRequest, "the review update's argument", hint=REVIEW_HINT)
         refusal = aggregation.review_refusal(self._ledger, self._spec)
         if refusal is not None:
             raise ValueError(refusal)
 
     @workflow.update(description="Returns the ledger once the verdict has settled (what `conductor mission run` waits on).")
-    async def wait_for_verdict(self) -> MissionLedger:
+    async def wait_for_verdict(self, *args: Any) -> MissionLedger:
         """Returns the ledger once the verdict has settled (or the mission was cancelled)."""
         await workflow.wait_condition(lambda: aggregation.is_final(self._ledger))
         return self._ledger
 
+    @wait_for_verdict.validator
+    def _wait_takes_nothing(self, *args: Any) -> None:
+        inbound.no_argument(args, "the wait_for_verdict update")
+
     @workflow.query(description="The mission's ledger now: every child's state, the aggregation and the verdict.")
-    def ledger(self) -> MissionLedger:
+    def ledger(self, *args: Any) -> MissionLedger:
+        inbound.no_argument(args, "the ledger query")
         return self._ledger
+
+    def _signal_argument(self, name: str, args: tuple[Any, ...], rule: Any) -> Any:
+        """The signal's one argument, or None when it was refused (and recorded as such)."""
+        try:
+            return inbound.argument(args, rule, f"the {name} signal's argument")
+        except inbound.Refused as refused:
+            self._refuse(name, refused)
+            return None
+
+    def _refuse(self, signal: str, refused: inbound.Refused) -> None:
+        workflow.logger.warning("signal %s refused: %s", signal, refused)
+        self._ledger = aggregation.record_refusal(
+            self._ledger, inbound.Refusal(at=workflow.now(), signal=signal, reason=str(refused)),
+        )
+        self._wake += 1  # the next pass writes and shows it
 
     # --- the run ----------------------------------------------------------------------------
 
     @workflow.run
-    async def run(self, input: MissionInput) -> MissionLedger:
+    async def run(self, *args: Any) -> MissionLedger:
         try:
-            if input.carried is None:
+            if self._input.carried is None:
                 await self._plan()
                 await self._submit_for_admission()
             renewals = asyncio.ensure_future(self._admission.keep_leases_alive())

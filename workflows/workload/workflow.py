@@ -45,6 +45,7 @@ from temporalio.exceptions import ActivityError, ApplicationError, is_cancelled_
 from workflows.cancellation import raise_if_cancel_requested
 
 with workflow.unsafe.imports_passed_through():
+    from workflows import inbound
     from workflows.contract import ContractError, WorkloadRecord, WorkloadStatus
     from workflows.metrics import workload_dispatched
     from workflows.mission.search import WORKLOAD_STATE
@@ -98,6 +99,7 @@ T = TypeVar("T")
 CALL_TIMEOUT = timedelta(seconds=30)
 CALL_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), backoff_coefficient=2, maximum_interval=timedelta(seconds=30))
 MAX_CAS_ATTEMPTS = 10
+SCHEMA_HINT = "see `conductor mission schema workload-input`"
 ONE_SHOT_WAIT_FOR_END = timedelta(seconds=1)
 UNENDED_TASK_STATES = frozenset({"submitted", "working", "input-required", "auth-required", "unknown"})  # may still run
 
@@ -137,7 +139,12 @@ async def _shielded(work: Awaitable[None]) -> None:
 @workflow.defn(name=WORKLOAD_WORKFLOW)
 class WorkloadWorkflow:
     @workflow.init
-    def __init__(self, input: WorkloadInput) -> None:
+    def __init__(self, *args: Any) -> None:
+        # Started by missions; a client that starts one itself with a bad input fails it at once.
+        try:
+            input = inbound.argument(args, WorkloadInput, "WorkloadWorkflow's input", hint=SCHEMA_HINT)
+        except inbound.Refused as refused:
+            raise inbound.refused_start(refused, WORKLOAD_WORKFLOW) from None
         self._input = input
         self._child_id = input.child.child_id
         self._fleet_id = fleet_child_id(input.mission_id, input.child.child_id, input.attempt)
@@ -151,12 +158,14 @@ class WorkloadWorkflow:
         self._mission_gone: str | None = None  # why the mission can no longer be signalled
 
     @workflow.query(description="The last observation this workload reported to its mission.")
-    def observation(self) -> ChildObservation | None:
+    def observation(self, *args: Any) -> ChildObservation | None:
         """The last observation reported to the parent."""
+        inbound.no_argument(args, "the observation query")
         return self._last
 
     @workflow.run
-    async def run(self, input: WorkloadInput) -> WorkloadResult:
+    async def run(self, *args: Any) -> WorkloadResult:
+        input = self._input
         record: WorkloadRecord | None = input.carried.record if input.carried else None
         try:
             if record is None:

@@ -1,0 +1,46 @@
+"""The data converter of every worker and client here: pydantic's, with the workflows' front door.
+
+Payloads that come with a type (activity results, child workflow results, our own typed calls)
+decode as `temporalio.contrib.pydantic` decodes them. Payloads that come without one are what the
+workflows' entry points receive (`workflows.inbound`: they name no type, so that no argument a
+client sends can fail a workflow task): a `json/plain` payload is read with the CLI's own JSON
+rules (`workflows.json_input`), and one that cannot be read, whatever its bytes or encoding,
+arrives as the `RawValue` it is, for the workflow to refuse in words instead of the SDK retrying
+a failed task for ever.
+
+Clients may use any converter that writes JSON (`json/plain`); the Temporal CLI and TypeScript's
+default one do.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from temporalio.api.common.v1 import Payload
+from temporalio.common import RawValue
+from temporalio.contrib.pydantic import PydanticPayloadConverter
+from temporalio.converter import DataConverter
+
+from workflows.inbound import JSON_ENCODING, NULL_ENCODING
+from workflows.json_input import InputError, parse_json
+
+
+class InboundPayloadConverter(PydanticPayloadConverter):
+    def from_payloads(self, payloads: Sequence[Payload], type_hints: list[type] | None = None) -> list[Any]:
+        if type_hints is not None:
+            return super().from_payloads(payloads, type_hints)
+        return [self._untyped(payload) for payload in payloads]
+
+    def _untyped(self, payload: Payload) -> Any:
+        if payload.metadata.get("encoding") == JSON_ENCODING:
+            try:
+                return parse_json(payload.data)
+            except InputError:
+                return RawValue(payload)
+        if payload.metadata.get("encoding") == NULL_ENCODING:
+            return None
+        return RawValue(payload)  # bytes, protobuf, an unknown encoding: the workflow says which
+
+
+DATA_CONVERTER = DataConverter(payload_converter_class=InboundPayloadConverter)

@@ -1,0 +1,152 @@
+"""The workflows' own front door: every argument a client sends a workflow comes in here.
+
+Missions are started and driven by clients in any language (the `temporal` CLI, TypeScript's
+`@temporalio/client`, our own CLI), and none of them runs our pydantic models first. Left to the
+SDK, an argument that does not decode fails the workflow *task*, which the server retries for ever:
+the run shows `Running` and its client waits for good. So no workflow entry point here names its
+argument's type to the SDK. Each takes `*args` (the worker's converter, `worker.payloads`, hands
+them over as plain JSON data, or as the `RawValue` it could not read) and validates them here:
+
+- a workflow's input that does not validate fails the run at once, with a non-retryable
+  `ApplicationError` of type `InvalidInput` (`refused_start`) whose message names every wrong
+  field and where to look the right one up;
+- an update's argument is checked by its validator, so a bad one is rejected before it reaches
+  history and its sender reads why;
+- a signal's argument that does not validate is recorded as a `Refusal` (the workflow changes
+  nothing else and runs on), where operators see it;
+- a query's argument that does not validate fails that query, with the same words.
+
+The JSON rules are the CLI's own (`workflows.json_input`), so what `conductor` refuses, every
+other client is refused too. Pure: imported by workflow code and by the CLI alike.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+from temporalio.common import RawValue
+from temporalio.exceptions import ApplicationError
+
+from workflows.contract import json_path
+from workflows.json_input import InputError, one_line, parse_json
+
+# The failure type of a run refused at start (`ApplicationError.type`; the Temporal UI and every
+# SDK show it, `conductor mission show` too).
+INVALID_INPUT = "InvalidInput"
+# Refused signals a workflow keeps for operators: the most recent ones (the log has every one).
+MAX_REFUSALS_KEPT = 20
+MAX_PROBLEMS_SHOWN = 10
+JSON_ENCODING = b"json/plain"
+NULL_ENCODING = b"binary/null"
+
+Model = TypeVar("Model")
+
+
+class Refused(ValueError):
+    """An argument that cannot be used; the message is one line: what, what is wrong, where to look."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(one_line(message))
+
+
+class Refusal(BaseModel):
+    """A signal a workflow received and did not act on, and why (kept for operators)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    at: datetime
+    signal: str
+    reason: str = Field(max_length=4000)
+
+
+def argument(args: Sequence[Any], rule: type[Model] | TypeAdapter[Model], what: str, *, hint: str = "") -> Model:
+    """The one argument `args` must hold, validated by `rule` (a model or a TypeAdapter); Refused
+    otherwise. `what` names it in the message ("MissionWorkflow's input"), `hint` says where its
+    shape is published."""
+    if len(args) != 1:
+        raise Refused(f"{what} takes exactly one argument, a JSON value; {len(args)} were sent{_see(hint)}")
+    return _validate(args[0], rule, what, hint)
+
+
+def optional_argument(args: Sequence[Any], rule: type[Model] | TypeAdapter[Model], default: Model, what: str) -> Model:
+    """Like `argument`, for one that may be left out (a query's limit)."""
+    if not args:
+        return default
+    return argument(args, rule, what)
+
+
+def no_argument(args: Sequence[Any], what: str) -> None:
+    if args:
+        raise Refused(f"{what} takes no argument; {len(args)} were sent: send it without input")
+
+
+def refused_start(error: Refused, workflow_type: str) -> ApplicationError:
+    """What a run whose input was refused fails with: non-retryable, so it ends now, for good."""
+    return ApplicationError(
+        f"{workflow_type} refused its input: {error}", type=INVALID_INPUT, non_retryable=True,
+    )
+
+
+def _validate(value: Any, rule: type[Model] | TypeAdapter[Model], what: str, hint: str) -> Model:
+    if isinstance(value, RawValue):
+        raise Refused(f"{what} {_unreadable(value)}{_see(hint)}")
+    adapter = rule if isinstance(rule, TypeAdapter) else None
+    try:
+        if adapter is not None:
+            return adapter.validate_python(value)
+        if isinstance(rule, type) and issubclass(rule, BaseModel):
+            if not isinstance(value, dict):
+                raise Refused(f"{what} must be a JSON object, not {_json_kind(value)}{_see(hint)}")
+            return rule.model_validate(value)  # type: ignore[return-value]
+        return TypeAdapter(rule).validate_python(value)
+    except ValidationError as error:
+        raise Refused(f"{what} is not valid: {describe(error)}{_see(hint)}") from None
+
+
+def describe(error: ValidationError) -> str:
+    """Each problem as `where: what` (JSON paths), the first MAX_PROBLEMS_SHOWN of them."""
+    problems = []
+    for item in error.errors():
+        where = json_path(item["loc"]).removeprefix("$").removeprefix(".")
+        message = item["msg"].removeprefix("Value error, ")
+        if item["type"] == "extra_forbidden":
+            message = "not a field here (misspelt, or from another version?)"
+        problems.append(f"{where}: {message}" if where else message)
+    shown = "; ".join(problems[:MAX_PROBLEMS_SHOWN])
+    if len(problems) > MAX_PROBLEMS_SHOWN:
+        shown += f"; and {len(problems) - MAX_PROBLEMS_SHOWN} more"
+    return shown
+
+
+def _unreadable(value: RawValue) -> str:
+    """Why the worker's converter could not read a payload as JSON data."""
+    encoding = value.payload.metadata.get("encoding", b"")
+    if encoding != JSON_ENCODING:
+        shown = encoding.decode("utf-8", "replace") or "no encoding"
+        return f"is a payload encoded as {shown!r}; send JSON (payload encoding json/plain)"
+    try:
+        parse_json(value.payload.data)
+    except InputError as error:
+        return f"is {error}"
+    return "could not be read as JSON"
+
+
+def _json_kind(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, (int, float)):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "an array"
+    return type(value).__name__
+
+
+def _see(hint: str) -> str:
+    return f"; {hint}" if hint else ""
