@@ -144,6 +144,8 @@ def render_ledger(
             lines.append(f"         {evidence}")
         for line in (details or {}).get(child.child_id, ()):
             lines.append(f"         {line}")
+    for refusal in ledger.refused:  # a client's mistake: nothing changed, the mission ran on
+        lines.append(f"  refused signal {refusal.signal} at {refusal.at.isoformat()}: {refusal.reason}")
     lines.append(f"  ledger snapshot {ledger.snapshot_seq}")
     lines.extend(f"  {note}" for note in notes)
     return "\n".join(lines)

@@ -17,16 +17,18 @@ from temporalio.client import (
     Client,
     WorkflowExecutionDescription,
     WorkflowExecutionStatus,
+    WorkflowFailureError,
     WorkflowHandle,
     WorkflowUpdateFailedError,
 )
 from temporalio.common import SearchAttributePair, TypedSearchAttributes, WorkflowIDReusePolicy
-from temporalio.exceptions import WorkflowAlreadyStartedError
+from temporalio.exceptions import ApplicationError, FailureError, WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
 from worker.connection import Reconnect
 from worker.inputs import one_line
 from workflows.contract import json_path
+from workflows.inbound import INVALID_INPUT
 from workflows.mission.aggregation import is_final
 from workflows.mission.ledger import MissionLedger
 from workflows.mission.messages import MISSION_WORKFLOW, MissionInput, ReviewRequest, mission_workflow_id
@@ -224,6 +226,10 @@ class MissionControl:
                 return ledger.parent_state
             except Exception:  # only the wording depends on it
                 return "its workflow completed"
+        if status == WorkflowExecutionStatus.FAILED:
+            failure = await self._failure(mission_id)
+            if failure is not None:
+                return one_line(f"its workflow failed: {failure.message}")
         return {
             WorkflowExecutionStatus.CANCELED: "cancelled",
             WorkflowExecutionStatus.TERMINATED: "terminated in Temporal",
@@ -231,7 +237,27 @@ class MissionControl:
             WorkflowExecutionStatus.FAILED: "its workflow failed",
         }.get(status, status.name.lower().replace("_", " ") if status else "status unknown")  # type: ignore[arg-type]
 
-    async def _refusal(self, mission_id: str, operation: str, error: RPCError, doing: str) -> MissionRefused | None:
+    async def _failure(self, mission_id: str) -> FailureError | None:
+        """Why a failed mission's workflow failed (an `InvalidInput` when a client's input was refused)."""
+        try:
+            await self._reconnect.call(self.handle(mission_id).result, f"reading how mission {mission_id} ended")
+        except WorkflowFailureError as error:
+            return error.cause if isinstance(error.cause, FailureError) else None
+        except Exception:  # only the wording depends on it
+            return None
+        return None
+
+    async def _refused_at_start(self, mission_id: str, doing: str) -> bool:
+        """Whether the mission's run failed on its input: it has no ledger, and a query of it cannot
+        be answered (its replay fails the same way), so it is told from the failure instead."""
+        if (await self._describe(mission_id, doing)).status != WorkflowExecutionStatus.FAILED:
+            return False
+        failure = await self._failure(mission_id)
+        return isinstance(failure, ApplicationError) and failure.type == INVALID_INPUT
+
+    async def _refusal(
+        self, mission_id: str, operation: str, error: RPCError, doing: str,
+    ) -> MissionRefused | None:
         """What the server's NOT_FOUND about a mission means: no such mission (`MissionNotFound`), or
         its workflow has closed (`MissionClosed`); None for any other answer, or a mission still running."""
         if error.status != RPCStatusCode.NOT_FOUND:
@@ -265,6 +291,8 @@ class MissionControl:
     async def show(self, mission_id: str) -> MissionLedger:
         handle = self.handle(mission_id)
         doing = f"reading the ledger of mission {mission_id}"
+        if await self._refused_at_start(mission_id, doing):  # raises MissionNotFound if there is no such mission
+            raise MissionClosed(mission_id, "show", await self._closed_as(mission_id, WorkflowExecutionStatus.FAILED))
         try:
             return await self._reconnect.call(lambda: handle.query("ledger", result_type=MissionLedger), doing)
         except RPCError as error:
