@@ -63,7 +63,8 @@ from temporalio.service import RPCError, RPCStatusCode  # noqa: E402
 
 from bench.procstat import cmdline  # noqa: E402
 from substrate.procs import alive, stat_fields  # noqa: E402
-from worker.devserver import dev_server_command, registered_search_attributes  # noqa: E402
+from worker.devserver import dev_server_command
+from worker.search_attributes import registered as registered_search_attributes  # noqa: E402
 from worker.mission_control import MissionControl, MissionIdUsed, parse_spec  # noqa: E402
 from worker.ports import free_port  # noqa: E402
 from worker.process import exit_now  # noqa: E402

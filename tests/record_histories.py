@@ -22,7 +22,6 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from temporalio.client import Client, WorkflowFailureError
-from worker.payloads import DATA_CONVERTER
 from temporalio.testing import WorkflowEnvironment
 
 from activities.admission import set_policy_with_start, signal_with_start_admission
@@ -36,6 +35,7 @@ from tests.substrate_support import EXECUTOR_TOKEN, FLEET_TOKEN
 from worker.binaries import temporal_cli
 from worker.config import WorkerConfig
 from worker.mission_control import MissionControl, parse_spec
+from worker.payloads import DATA_CONVERTER
 from worker.worker import build_worker
 from workflows.admission.messages import PolicyChange, SubmitBatch, admission_workflow_id
 from workflows.admission.model import AdmissionPolicy, AdmissionRequest

@@ -26,7 +26,7 @@ import pytest
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
 
 from substrate.procs import alive, stat_fields
-from worker.devserver import registered_search_attributes
+from worker.search_attributes import registered as registered_search_attributes
 from worker.ports import PortInUse
 from worker.stack import DevStack, StackError
 from workflows.admission.messages import admission_workflow_id

@@ -13,13 +13,13 @@ import sys
 
 import httpx
 from temporalio.client import Client
-from worker.payloads import DATA_CONVERTER
 
 from tests.mission_harness import mission_harness
 from tests.substrate_fixtures import substrate  # noqa: F401  (fixture)
 from worker.cli import run as run_cli
 from worker.metrics import metrics_runtime
 from worker.mission_control import parse_spec
+from worker.payloads import DATA_CONVERTER
 from worker.ports import free_port
 from workflows import metrics
 

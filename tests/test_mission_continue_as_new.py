@@ -8,12 +8,12 @@ import signal
 
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError
-from worker.payloads import DATA_CONVERTER
 from temporalio.worker import Replayer
 
 from tests.mission_harness import mission_harness, process_alive
 from tests.substrate_fixtures import substrate, substrate_tasks  # noqa: F401  (fixture)
 from worker.mission_control import parse_spec
+from worker.payloads import DATA_CONVERTER
 from workflows.admission.model import AdmissionPolicy
 from workflows.mission.workflow import MissionWorkflow
 from workflows.workload.client import workload_workflow_id

@@ -23,7 +23,6 @@ from temporalio.client import (
     WorkflowHandle,
     WorkflowUpdateHandle,
 )
-from worker.payloads import DATA_CONVERTER
 from temporalio.api.workflowservice.v1 import GetSystemInfoRequest
 from temporalio.service import RPCError, RPCStatusCode
 
@@ -44,6 +43,7 @@ from worker.connection import (
 )
 from worker.devserver import DevServer, start_dev_server
 from worker.mission_control import MissionControl, ReviewRefused, parse_spec
+from worker.payloads import DATA_CONVERTER
 from worker.ports import free_port
 from workflows.admission.messages import QueueRow
 from workflows.mission.ledger import MissionLedger

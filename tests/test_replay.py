@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 from temporalio.client import WorkflowHistory
-from worker.payloads import DATA_CONVERTER
 from temporalio.worker import Replayer
 
 from tests.command_sites import INDEX, command_sites, index_rows, index_table, reached_by_histories
 from tests.decision_sink import DecisionSinkWorkflow
 from tests.substrate_support import EXECUTOR_TOKEN, FLEET_TOKEN
+from worker.payloads import DATA_CONVERTER
 from worker.worker import WORKFLOWS
 
 HISTORIES = sorted((Path(__file__).resolve().parent / "histories").glob("**/*.json"))

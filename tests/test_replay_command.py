@@ -14,7 +14,6 @@ import uuid
 
 import pytest
 from temporalio.client import Client, WorkflowHistory
-from worker.payloads import DATA_CONVERTER
 from temporalio.worker import Replayer, Worker
 
 import worker.cli.replay as replay_cli
@@ -23,6 +22,7 @@ from tests.mission_harness import mission_harness
 from tests.replay_probe import REPLAY_PROBE, ChangedReplayProbeWorkflow, ReplayProbeWorkflow
 from tests.substrate_fixtures import substrate  # noqa: F401  (fixture)
 from worker.mission_control import parse_spec
+from worker.payloads import DATA_CONVERTER
 from worker.ports import free_port
 from worker.replay_check import DEFAULT_QUERY, NONDETERMINISTIC, file_stem, replay_from_server, replay_query
 from worker.worker import WORKFLOWS

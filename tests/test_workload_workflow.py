@@ -21,7 +21,6 @@ import pytest
 from temporalio.api.enums.v1 import EventType
 from temporalio import activity
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError, WorkflowHandle
-from worker.payloads import DATA_CONVERTER
 from temporalio.testing import WorkflowEnvironment
 from temporalio.exceptions import ApplicationError, is_cancelled_exception
 from temporalio.worker import Replayer, Worker
@@ -40,6 +39,7 @@ from tests.polling import eventually
 from tests.substrate_support import EXECUTOR_TOKEN, FLEET_TOKEN, process_dead, process_gone, read_pid
 from tests.workload_parent import ParentInput, ParentOutcome, WorkloadParentProbe
 from worker.config import WorkerConfig
+from worker.payloads import DATA_CONVERTER
 from worker.worker import build_worker
 from workflows.mission.spec import ChildSpec
 from workflows.workload.record import fleet_child_id

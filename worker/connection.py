@@ -30,9 +30,10 @@ from typing import Any, TypeVar
 
 from temporalio.api.workflowservice.v1 import GetSystemInfoRequest
 from temporalio.client import Client, RPCTimeoutOrCancelledError
-from worker.payloads import DATA_CONVERTER
 from temporalio.envconfig import ClientConfig
 from temporalio.service import RetryConfig, RPCError, RPCStatusCode
+
+from worker.payloads import DATA_CONVERTER
 
 DEFAULT_ADDRESS = "127.0.0.1:7233"
 DEFAULT_NAMESPACE = "default"

@@ -17,30 +17,19 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from temporalio.api.enums.v1 import IndexedValueType
-from temporalio.api.operatorservice.v1 import ListSearchAttributesRequest
 from temporalio.client import Client
 from temporalio.common import SearchAttributeKey
-from worker.payloads import DATA_CONVERTER
 from temporalio.service import RPCError
 
 from activities.credentials import TOKEN_ENV_VARS
 from substrate.procs import terminate
 from worker.binaries import temporal_cli
+from worker.payloads import DATA_CONVERTER
+from worker.search_attributes import registered, type_name
 
 LOG_FILE = "temporal.log"
 DB_FILE = "temporal.sqlite"
 
-# `--search-attribute NAME=TYPE` spells the types its own way.
-_CLI_TYPE = {
-    IndexedValueType.INDEXED_VALUE_TYPE_TEXT: "Text",
-    IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD: "Keyword",
-    IndexedValueType.INDEXED_VALUE_TYPE_INT: "Int",
-    IndexedValueType.INDEXED_VALUE_TYPE_DOUBLE: "Double",
-    IndexedValueType.INDEXED_VALUE_TYPE_BOOL: "Bool",
-    IndexedValueType.INDEXED_VALUE_TYPE_DATETIME: "Datetime",
-    IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD_LIST: "KeywordList",
-}
 
 
 class DevServerError(RuntimeError):
@@ -90,14 +79,8 @@ def dev_server_command(
         "--log-level", "warn",
     ]  # fmt: skip
     for key in search_attributes:
-        command += ["--search-attribute", f"{key.name}={_CLI_TYPE[key.indexed_value_type]}"]
+        command += ["--search-attribute", f"{key.name}={type_name(key)}"]
     return command
-
-
-async def registered_search_attributes(client: Client, namespace: str) -> dict[str, int]:
-    """Custom search attributes the server knows for `namespace`: name -> IndexedValueType."""
-    response = await client.operator_service.list_search_attributes(ListSearchAttributesRequest(namespace=namespace))
-    return dict(response.custom_attributes)
 
 
 async def start_dev_server(
@@ -153,7 +136,7 @@ async def _await_ready(server: DevServer, search_attributes: Sequence[SearchAttr
                     Client.connect(server.address, namespace=server.namespace, data_converter=DATA_CONVERTER),
                     timeout=5,
                 )
-            missing = wanted - set(await registered_search_attributes(client, server.namespace))
+            missing = wanted - set(await registered(client, server.namespace))
             if not missing:
                 return client
             last = f"search attributes not registered yet: {sorted(missing)}"

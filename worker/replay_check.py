@@ -26,7 +26,6 @@ from pathlib import Path
 
 from temporalio.client import Client, WorkflowHistory
 from temporalio.runtime import LoggingConfig, Runtime, TelemetryConfig, TelemetryFilter
-from worker.payloads import DATA_CONVERTER
 from temporalio.service import RPCError, RPCStatusCode
 from temporalio.worker import Replayer
 from temporalio.workflow import NondeterminismError
@@ -34,6 +33,7 @@ from temporalio.workflow import NondeterminismError
 from activities.visibility import literal
 from worker.inputs import InputError
 from worker.mission_list import started_since
+from worker.payloads import DATA_CONVERTER
 
 PRODUCT_TYPES = ("MissionWorkflow", "WorkloadWorkflow", "AdmissionWorkflow", "AdmissionProbeWorkflow")
 DEFAULT_QUERY = "WorkflowType IN (" + ",".join(literal(name) for name in PRODUCT_TYPES) + ")"

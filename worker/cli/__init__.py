@@ -41,6 +41,7 @@ SUBCOMMANDS = (
     "worker.cli.substrate",
     "worker.cli.dev",
     "worker.cli.worker_cmd",
+    "worker.cli.search_attributes",
     "worker.cli.demo",
     "worker.cli.replay",
     "worker.cli.completion",

@@ -26,6 +26,7 @@ from temporalio.service import RPCError
 
 from worker.config import WorkerConfig
 from worker.connection import CLI_RETRY_CONFIG, ReconnectSettingError, connect, refusal
+from worker import schemas
 from worker.inputs import InputError, check_argument, label, one_line, read_json
 from worker.ledger_view import ProgressLines, progress_record, render_ledger, render_progress
 from worker.mission_list import MAX_LIMIT, MISSION_STATES, list_missions, mission_query, missions_table, since_time
@@ -69,10 +70,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     run.set_defaults(func=lambda args: _run(_run_mission(args)))
 
     schema = commands.add_parser(
-        "schema", help="print the JSON Schema of a mission spec",
-        description="The JSON Schema (draft 2020-12) of MissionSpec, for editors and validators; every field is "
-        "explained in docs/mission-spec.md.",
+        "schema", help="print a published JSON Schema (default: the mission spec's; --list names them all)",
+        description="The JSON Schemas (draft 2020-12) of every workflow's interface, for editors, validators and "
+        "clients in any language: the mission spec (the default; every field is explained in docs/mission-spec.md), "
+        "the workflows' inputs and results, and each signal, update and query argument and answer "
+        "(docs/mission-control-api.md says which is which).",
     )
+    schema.add_argument("name", nargs="?", default="mission-spec", choices=sorted(schemas.BY_NAME), metavar="NAME",
+                        help="which schema (default mission-spec): " + ", ".join(sorted(schemas.BY_NAME)))
+    schema.add_argument("--list", action="store_true", help="list the schemas and what each describes")
     schema.set_defaults(func=_schema)
 
     watch = commands.add_parser(
@@ -160,8 +166,12 @@ def _host_group_option(parser: argparse.ArgumentParser) -> None:
 
 
 def _schema(args: argparse.Namespace) -> int:
-    schema = {"$schema": "https://json-schema.org/draft/2020-12/schema", **MissionSpec.model_json_schema()}
-    print(json.dumps(schema, indent=2))
+    if args.list:
+        width = max(len(name) for name in schemas.BY_NAME)
+        for schema in schemas.SCHEMAS:
+            print(f"{schema.name:<{width}}  {schema.used_as}")
+    else:
+        sys.stdout.write(schemas.shipped(args.name))
     return 0
 
 

@@ -15,10 +15,14 @@ import os
 import sys
 from pathlib import Path
 
+from temporalio.client import Client
+from temporalio.service import RPCError, RPCStatusCode
+
 from activities.credentials import MissingCredential, executor_token, fleet_token
 from worker.config import BUILD_ID_ENV, DEPLOYMENT_NAME_ENV, WorkerConfig
 from worker.connection import ConnectionSettingError, connect_options, connect_patiently
 from worker.metrics import MetricsSettingError, metrics_address, metrics_runtime
+from worker import search_attributes
 from worker.signals import stop_requested
 from worker.worker import build_worker
 
@@ -63,6 +67,26 @@ def _config(args: argparse.Namespace) -> WorkerConfig:
     return dataclasses.replace(config, **changes)
 
 
+async def _namespace_problem(client: Client, namespace: str) -> str | None:
+    """What the namespace lacks for missions to run (checked before polling), or None."""
+    try:
+        found = await search_attributes.check(client, namespace)
+    except RPCError as error:
+        if error.status == RPCStatusCode.NOT_FOUND:
+            return (
+                f"there is no namespace {namespace} on this server: create it (`temporal operator namespace create "
+                f"--namespace {namespace}`), or name the right one (--namespace, TEMPORAL_NAMESPACE or the profile)"
+            )
+        # Not allowed to list them (e.g. a narrow API key): the worker runs, unchecked.
+        print(
+            f"conductor worker: warning: could not check the search attributes of namespace {namespace} "
+            f"({error.message}); missions hang if any is missing (docs/operations.md lists them)",
+            file=sys.stderr,
+        )
+        return None
+    return None if found.ok else found.problem()
+
+
 def run_worker(args: argparse.Namespace) -> int:
     try:
         config = _config(args)
@@ -86,6 +110,10 @@ async def _serve(config: WorkerConfig, profile: str | None, metrics: str | None 
         except (ConnectionError, ConnectionSettingError) as error:
             print(f"conductor worker: {error}", file=sys.stderr)
             return 1
+        problem = await _namespace_problem(client, options["namespace"])
+        if problem is not None:
+            print(f"conductor worker: {problem}", file=sys.stderr)
+            return 2
         try:
             fleet_token()
             executor_token()

@@ -99,8 +99,8 @@ SNAPSHOT_WRITE_TIMEOUT = timedelta(seconds=10)
 # live ledger, not the store.
 SNAPSHOT_INTERVAL = timedelta(seconds=2)
 # Where a client that sent a bad argument finds the right shape (docs/mission-control-api.md).
-INPUT_HINT = "expected {\"spec\": MissionSpec}: see `conductor mission schema input` and docs/mission-control-api.md"
-REVIEW_HINT = "see `conductor mission schema review` and docs/mission-control-api.md"
+INPUT_HINT = "expected {\"spec\": MissionSpec}: see `conductor mission schema mission-input` and docs/mission-control-api.md"
+REVIEW_HINT = "see `conductor mission schema review-request` and docs/mission-control-api.md"
 _CHILD_ID = TypeAdapter(str)
 
 

@@ -99,7 +99,7 @@ T = TypeVar("T")
 CALL_TIMEOUT = timedelta(seconds=30)
 CALL_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), backoff_coefficient=2, maximum_interval=timedelta(seconds=30))
 MAX_CAS_ATTEMPTS = 10
-SCHEMA_HINT = "see `conductor mission schema workload-input`"
+SCHEMA_HINT = "WorkloadWorkflow is started by MissionWorkflow: start a mission instead (docs/mission-control-api.md)"
 ONE_SHOT_WAIT_FOR_END = timedelta(seconds=1)
 UNENDED_TASK_STATES = frozenset({"submitted", "working", "input-required", "auth-required", "unknown"})  # may still run
 
