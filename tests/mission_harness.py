@@ -78,8 +78,11 @@ class MissionHarness:
 @asynccontextmanager
 async def mission_harness(
     client: Client, substrate: RunningSubstrate, tmp_path: Path, policy: AdmissionPolicy = POLICY, suffix: str | None = None,
+    *, as_in_production: bool = False,
 ):
-    """A worker for one test; pass the `suffix` of an earlier harness to restart "the same" worker."""
+    """A worker for one test; pass the `suffix` of an earlier harness to restart "the same" worker.
+    Tests fail a workflow on any exception, so that a bug shows at once; `as_in_production` keeps the
+    production worker's rule instead (only typed failures fail a workflow; anything else retries its task)."""
     suffix = suffix or uuid.uuid4().hex[:8]
     config = WorkerConfig(
         data_dir=tmp_path, task_queue=f"tq-{suffix}", admission_policy=policy,
@@ -87,7 +90,8 @@ async def mission_harness(
     )
     fleet = FleetActivities(substrate.base_url, substrate.base_url, FLEET_TOKEN, EXECUTOR_TOKEN)
     try:
-        async with build_worker(client, config, fleet=fleet, workflow_failure_exception_types=[Exception]):
+        options = {} if as_in_production else {"workflow_failure_exception_types": [Exception]}
+        async with build_worker(client, config, fleet=fleet, **options):
             yield MissionHarness(client, config, substrate, suffix)
     finally:
         await fleet.aclose()

@@ -30,6 +30,7 @@ from worker.inputs import one_line
 from workflows.contract import json_path
 from workflows.inbound import INVALID_INPUT
 from workflows.mission.aggregation import is_final
+from workflows.mission.executor_v1 import ExecutorDispatch, is_dispatch
 from workflows.mission.ledger import MissionLedger
 from workflows.mission.messages import MISSION_WORKFLOW, MissionInput, ReviewRequest, mission_workflow_id
 from workflows.mission.search import MISSION_AGGREGATION, MISSION_HOST_GROUP, MISSION_ORCHESTRATOR, MISSION_STATE
@@ -116,6 +117,13 @@ def parse_spec(data: object, source: str | None = None) -> MissionSpec:
     e.g. the file it came from, names it in the message). The limits a spec is held to are
     the model's own (workflows.mission.spec, workflows.limits), so every way in refuses the same."""
     try:
+        if is_dispatch(data):  # an AIWG executor.v1 dispatch: a one-child mission
+            try:
+                return ExecutorDispatch.model_validate(data).to_spec()
+            except ValidationError:
+                raise
+            except ValueError as error:
+                raise MissionSpecError([str(error)], source) from None
         return MissionSpec.model_validate(data)
     except ValidationError as error:
         problems = []

@@ -22,7 +22,7 @@ from temporalio.common import RawValue
 from temporalio.contrib.pydantic import PydanticPayloadConverter
 from temporalio.converter import DataConverter
 
-from workflows.inbound import JSON_ENCODING, NULL_ENCODING
+from workflows.inbound import JSON_ENCODING
 from workflows.json_input import InputError, parse_json
 
 
@@ -38,9 +38,10 @@ class InboundPayloadConverter(PydanticPayloadConverter):
                 return parse_json(payload.data)
             except InputError:
                 return RawValue(payload)
-        if payload.metadata.get("encoding") == NULL_ENCODING:
-            return None
-        return RawValue(payload)  # bytes, protobuf, an unknown encoding: the workflow says which
+        try:  # bytes, protobuf (the SDK's own answers, e.g. workflow metadata): the workflow door refuses them in words
+            return super().from_payloads([payload], None)[0]
+        except Exception:  # an unknown encoding, bytes that are not the protobuf they claim to be
+            return RawValue(payload)
 
 
 DATA_CONVERTER = DataConverter(payload_converter_class=InboundPayloadConverter)

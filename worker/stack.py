@@ -26,7 +26,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import fcntl
+import json
 import os
+import shlex
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
@@ -53,6 +55,9 @@ DEFAULT_SUBSTRATE_PORT = 8787
 DEFAULT_INSTANCES = 4
 DEFAULT_NAMESPACE = "default"
 LOCK_FILE = "dev.lock"
+# Written while a stack runs (`conductor dev env` reads the first; the second is a Temporal envconfig file).
+ENVIRONMENT_FILE = "env.json"
+PROFILE_FILE = "temporal.toml"
 DEFAULT_HOST_GROUP = "default"  # the host group MissionSpec.host_group defaults to
 DEV_OPERATOR = "conductor-dev"  # who the admission audit says created it
 
@@ -265,6 +270,26 @@ class DevStack:
                 )
             await stack.enter_async_context(worker)
         await self._create_default_host_group(client)
+        self._publish_environment()
+        stack.callback(self._withdraw_environment)
+
+    def _publish_environment(self) -> None:
+        """What a second shell needs to use this stack (`eval "$(conductor dev env)"`), and a Temporal
+        environment-configuration profile (`TEMPORAL_CONFIG_FILE=<data dir>/temporal.toml`) for the
+        `temporal` CLI and any SDK; both say where things are, never a token (only the token files)."""
+        environment = {**self.cli_environment(), "TEMPORAL_CONFIG_FILE": str((self.data_dir / PROFILE_FILE).resolve())}
+        profile = (
+            "# Written by `conductor dev` while its stack runs: the Temporal environment configuration of this stack.\n"
+            f"[profile.default]\naddress = {json.dumps(self.temporal_address)}\nnamespace = {json.dumps(self.namespace)}\n"
+        )
+        for name, text in ((PROFILE_FILE, profile), (ENVIRONMENT_FILE, json.dumps(environment, indent=2) + "\n")):
+            partial = self.data_dir / f".{name}.partial"
+            partial.write_text(text, encoding="utf-8")
+            partial.replace(self.data_dir / name)
+
+    def _withdraw_environment(self) -> None:
+        for name in (ENVIRONMENT_FILE, PROFILE_FILE):
+            (self.data_dir / name).unlink(missing_ok=True)
 
     async def _create_default_host_group(self, client: Client) -> None:
         """Missions name a host group that an operator created (`conductor mission run` refuses any
@@ -313,3 +338,29 @@ class DevStack:
             yield handle
         finally:
             handle.close()
+
+
+def running_environment(data_dir: Path) -> dict[str, str]:
+    """The environment of the stack running in `data_dir` (see `DevStack._publish_environment`);
+    StackError if none runs there. A stack holds its data directory's lock for as long as it runs,
+    so a file left by one that was killed is never taken for a running stack."""
+    try:
+        with open(data_dir / LOCK_FILE, "a+", encoding="utf-8") as handle:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            except BlockingIOError:
+                pass  # held: a stack runs here
+            else:
+                raise StackError(f"no dev stack is running in {data_dir}: start one with `conductor dev --data-dir {data_dir}`")
+    except FileNotFoundError:
+        raise StackError(f"no dev stack has run in {data_dir} (no such directory): start one with `conductor dev`") from None
+    try:
+        environment = json.loads((data_dir / ENVIRONMENT_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        raise StackError(f"the dev stack in {data_dir} is still starting; ask again in a moment") from None
+    return {str(name): str(value) for name, value in environment.items()}
+
+
+def shell_exports(environment: Mapping[str, str]) -> str:
+    """`export NAME=value` lines for a POSIX shell (bash, zsh, sh): `eval "$(conductor dev env)"`."""
+    return "".join(f"export {name}={shlex.quote(value)}\n" for name, value in sorted(environment.items()))

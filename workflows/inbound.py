@@ -40,7 +40,6 @@ INVALID_INPUT = "InvalidInput"
 MAX_REFUSALS_KEPT = 20
 MAX_PROBLEMS_SHOWN = 10
 JSON_ENCODING = b"json/plain"
-NULL_ENCODING = b"binary/null"
 
 Model = TypeVar("Model")
 
@@ -143,6 +142,10 @@ def _json_kind(value: Any) -> str:
         return "a number"
     if isinstance(value, str):
         return "a string"
+    if isinstance(value, bytes):
+        return "raw bytes (payload encoding binary/plain): send JSON (payload encoding json/plain)"
+    if hasattr(value, "DESCRIPTOR"):
+        return "a protobuf message: send JSON (payload encoding json/plain)"
     if isinstance(value, list):
         return "an array"
     return type(value).__name__

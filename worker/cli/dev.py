@@ -17,6 +17,8 @@ from worker.stack import (
     DEFAULT_UI_PORT,
     DevStack,
     StackError,
+    running_environment,
+    shell_exports,
 )
 
 
@@ -37,10 +39,23 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     for flag, kind, default, what in options:
         dev.add_argument(flag, type=kind, default=default, help=f"{what} (default {default})")
+    dev.add_argument(
+        "action", nargs="?", choices=["env"], metavar="env",
+        help="instead of starting a stack, print the exports that put this shell on the one running in the data "
+        "directory: eval \"$(conductor dev env)\" (the `temporal` CLI follows too: TEMPORAL_ADDRESS, "
+        "TEMPORAL_CONFIG_FILE)",
+    )
     dev.set_defaults(func=run_dev)
 
 
 def run_dev(args: argparse.Namespace) -> int:
+    if args.action == "env":
+        try:
+            sys.stdout.write(shell_exports(running_environment(args.data_dir)))
+        except StackError as error:
+            print(f"conductor dev env: {error}", file=sys.stderr)
+            return 1
+        return 0
     try:
         stack = DevStack(
             args.data_dir,
@@ -103,7 +118,9 @@ def describe(stack: DevStack) -> str:
         f"  Substrate:        {stack.substrate_url} (instances {names})",
         f"  Worker:           task queue {stack.task_queue}",
         f"  Data dir:         {stack.data_dir}",
-        "Point the CLI (or `conductor worker`) at it:",
+        "Point another shell's CLI (or `conductor worker`, or `temporal`) at it:",
+        f"  eval \"$(conductor dev env{'' if stack.data_dir == DEFAULT_DATA_DIR else ' --data-dir ' + shlex.quote(str(stack.data_dir))})\"",
+        "or:",
         *(f"  export {name}={shlex.quote(env[name])}" for name in exports),
         "Press Ctrl-C to stop.",
     ]

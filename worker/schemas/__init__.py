@@ -20,6 +20,7 @@ from pydantic import BaseModel, TypeAdapter
 from workflows.admission.messages import AdmissionWorkflowInput, LeaseRow, PolicyChange, QueueRow, UsageRow, WhatIf
 from workflows.admission.model import AdmissionPolicy, AdmissionRequest, AuditEvent
 from workflows.inbound import Refusal
+from workflows.mission.executor_v1 import ExecutorDispatch
 from workflows.mission.ledger import MissionLedger
 from workflows.mission.messages import MissionInput, ReviewRequest
 from workflows.mission.spec import MissionSpec
@@ -57,8 +58,12 @@ class Schema:
 SCHEMAS: tuple[Schema, ...] = (
     # MissionWorkflow
     Schema("mission-input", "MissionWorkflow input",
-           "MissionWorkflow's one argument: {\"spec\": MissionSpec} and optional tuning; a run whose input does not "
-           "validate fails at once with an ApplicationError of type InvalidInput.", MissionInput),
+           "MissionWorkflow's one argument: {\"spec\": MissionSpec} and optional tuning (or an executor.v1 dispatch: "
+           "executor-v1-dispatch); a run whose input does not validate fails at once with an ApplicationError of type "
+           "InvalidInput.", MissionInput),
+    Schema("executor-v1-dispatch", "AIWG executor.v1 dispatch",
+           "The other form MissionWorkflow's input takes: an AIWG executor.v1 dispatch payload, run as a one-child "
+           "mission (docs/mission-spec.md, \"AIWG executor.v1 dispatches\").", ExecutorDispatch),
     Schema("mission-spec", "MissionSpec", "The `spec` of MissionWorkflow's input (docs/mission-spec.md).", MissionSpec),
     Schema("mission-ledger", "MissionLedger",
            "MissionWorkflow's result, and the answer of its `ledger` query and its `review` and `wait_for_verdict` "

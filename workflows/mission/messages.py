@@ -4,13 +4,15 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from workflows import inbound
 from workflows.admission.messages import RequesterCarry
 from workflows.admission.model import OperatorName
 from workflows.ids import admission_request_id, mission_workflow_id  # noqa: F401 (defined once there)
 from workflows.limits import MAX_REVIEW_REASON_CHARS
 from workflows.mission.attempts import AttemptStop
+from workflows.mission.executor_v1 import ExecutorDispatch, is_dispatch
 from workflows.mission.ledger import MissionLedger
 from workflows.mission.observation import ChildObservation
 from workflows.mission.planning import Assignment
@@ -77,3 +79,24 @@ class ReviewRequest(BaseModel):
     operator: OperatorName
     decision: Literal["approve", "reject"]
     reason: str = Field(min_length=1, max_length=MAX_REVIEW_REASON_CHARS)  # what the ledger's ReviewDecision keeps
+
+
+INPUT_HINT = (
+    "expected {\"spec\": MissionSpec} or an executor.v1 dispatch: see `conductor mission schema mission-input` and "
+    "docs/mission-control-api.md"
+)
+
+
+def read_mission_input(args: tuple[object, ...]) -> MissionInput:
+    """MissionWorkflow's input from what a client sent: a MissionInput, or an AIWG executor.v1
+    dispatch payload, which is a one-child mission (`workflows.mission.executor_v1`); Refused otherwise."""
+    what = "MissionWorkflow's input"
+    if len(args) != 1 or not is_dispatch(args[0]):
+        return inbound.argument(args, MissionInput, what, hint=INPUT_HINT)
+    dispatch = inbound.argument(args, ExecutorDispatch, f"{what} (an executor.v1 dispatch)", hint=INPUT_HINT)
+    try:
+        return MissionInput(spec=dispatch.to_spec())
+    except ValidationError as error:
+        raise inbound.Refused(f"{what} (an executor.v1 dispatch) makes no mission: {inbound.describe(error)}") from None
+    except ValueError as error:
+        raise inbound.Refused(f"{what} (an executor.v1 dispatch) makes no mission: {error}") from None

@@ -65,6 +65,7 @@ with workflow.unsafe.imports_passed_through():
         ReviewRequest,
         WorkflowIds,
         admission_request_id,
+        read_mission_input,
     )
     from workflows.mission.observation import ALIVE_SIGNAL, OBSERVATION_SIGNAL, ChildObservation, ends_workload
     from workflows.mission.planning import Assignment, plan_targets
@@ -99,7 +100,6 @@ SNAPSHOT_WRITE_TIMEOUT = timedelta(seconds=10)
 # live ledger, not the store.
 SNAPSHOT_INTERVAL = timedelta(seconds=2)
 # Where a client that sent a bad argument finds the right shape (docs/mission-control-api.md).
-INPUT_HINT = "expected {\"spec\": MissionSpec}: see `conductor mission schema mission-input` and docs/mission-control-api.md"
 REVIEW_HINT = "see `conductor mission schema review-request` and docs/mission-control-api.md"
 _CHILD_ID = TypeAdapter(str)
 
@@ -120,7 +120,7 @@ class MissionWorkflow:
         # Any client may start a mission (docs/mission-control-api.md): its input is checked here,
         # and a bad one fails the run at once instead of its first workflow task for ever.
         try:
-            input = inbound.argument(args, MissionInput, "MissionWorkflow's input", hint=INPUT_HINT)
+            input = read_mission_input(args)
         except inbound.Refused as refused:
             raise inbound.refused_start(refused, MISSION_WORKFLOW) from None
         self._input = input
