@@ -11,6 +11,7 @@ import base64
 import os
 import queue
 import re
+import shlex
 import signal
 import socket
 import stat
@@ -26,8 +27,9 @@ import pytest
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
 
 from substrate.procs import alive, stat_fields
-from worker.search_attributes import registered as registered_search_attributes
+from worker.binaries import temporal_cli
 from worker.ports import PortInUse
+from worker.search_attributes import registered as registered_search_attributes
 from worker.stack import DevStack, StackError
 from workflows.admission.messages import admission_workflow_id
 from workflows.admission.probe import ProbeInput, ProbeRequest, ProbeResult
@@ -326,12 +328,29 @@ async def test_conductor_dev_prints_its_addresses_and_stops_cleanly_on_sigint(tm
         tree = descendants(process.pid)
         assert len(tree) >= 3  # conductor, the Temporal dev server, the substrate
 
+        # A second shell: `eval "$(conductor dev env)"` puts `conductor` and `temporal` on this stack.
+        assert f'eval "$(conductor dev env --data-dir {data})"' in printed
+        second_shell = (
+            f'eval "$({shlex.join(conductor_command())} dev env --data-dir {shlex.quote(str(data))})" && '
+            f'{shlex.quote(temporal_cli())} workflow list --query \'WorkflowId = "admission:default"\' -o json && '
+            'echo "$CONDUCTOR_SUBSTRATE_URL $CONDUCTOR_FLEET_TOKEN_FILE"'
+        )
+        clean = {name: value for name, value in os.environ.items() if not name.startswith(("TEMPORAL_", "CONDUCTOR_"))}
+        shell = subprocess.run(["bash", "-c", second_shell], env=clean, capture_output=True, text=True, timeout=60)
+        assert shell.returncode == 0 and '"workflowId": "admission:default"' in shell.stdout, shell.stdout + shell.stderr
+        assert f"{substrate[1]} {data.resolve() / 'secrets' / 'fleet.token'}" in shell.stdout
+        profile = (data / "temporal.toml").read_text()
+        assert f'address = "{address[1]}"' in profile
+
         process.send_signal(signal.SIGINT)
         assert process.wait(30) == 0
         out, err = lines.rest(), process.stderr.read()
     finally:
         ensure_stopped(process, tree)
     assert "stopped; state kept in" in out, out + err
+    gone = subprocess.run([*conductor_command(), "dev", "env", "--data-dir", str(data)], capture_output=True, text=True)
+    assert gone.returncode == 1 and gone.stderr.startswith(f"conductor dev env: no dev stack is running in {data}"), gone.stderr
+    assert not (data / "temporal.toml").exists()
     tokens = [(data / "secrets" / name).read_text().strip() for name in ("fleet.token", "executor.token")]
     assert all(token not in out + err for token in tokens)
     assert await until_gone(tree) == set()

@@ -27,8 +27,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from worker.connection import Reconnect
 from worker.inputs import one_line
-from workflows.contract import json_path
-from workflows.inbound import INVALID_INPUT
+from workflows.inbound import INVALID_INPUT, joined, problems
 from workflows.mission.aggregation import is_final
 from workflows.mission.executor_v1 import ExecutorDispatch, is_dispatch
 from workflows.mission.ledger import MissionLedger
@@ -37,18 +36,14 @@ from workflows.mission.search import MISSION_AGGREGATION, MISSION_HOST_GROUP, MI
 from workflows.mission.spec import MissionSpec
 
 
-MAX_PROBLEMS_SHOWN = 10
 
 
 class MissionSpecError(ValueError):
     """A spec that cannot start a mission; `problems` lists every one of them. The message is
-    one line (the first MAX_PROBLEMS_SHOWN of them), so that a terminal or a log shows it whole."""
+    one line (the first `workflows.inbound.MAX_PROBLEMS_SHOWN` of them), so that a terminal or a log shows it whole."""
 
     def __init__(self, problems: list[str], source: str | None = None) -> None:
-        shown = "; ".join(problems[:MAX_PROBLEMS_SHOWN])
-        if len(problems) > MAX_PROBLEMS_SHOWN:
-            shown += f"; and {len(problems) - MAX_PROBLEMS_SHOWN} more"
-        super().__init__(one_line(f"invalid mission spec{f' {source}' if source else ''}: {shown}"))
+        super().__init__(one_line(f"invalid mission spec{f' {source}' if source else ''}: {joined(problems)}"))
         self.problems = problems
 
 
@@ -126,12 +121,7 @@ def parse_spec(data: object, source: str | None = None) -> MissionSpec:
                 raise MissionSpecError([str(error)], source) from None
         return MissionSpec.model_validate(data)
     except ValidationError as error:
-        problems = []
-        for item in error.errors():
-            where = json_path(item["loc"]).removeprefix("$").removeprefix(".")
-            message = item["msg"].removeprefix("Value error, ")
-            problems.append(f"{where}: {message}" if where else message)
-        raise MissionSpecError(problems, source) from None
+        raise MissionSpecError(problems(error), source) from None
 
 
 class MissionControl:

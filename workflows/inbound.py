@@ -105,18 +105,25 @@ def _validate(value: Any, rule: type[Model] | TypeAdapter[Model], what: str, hin
         raise Refused(f"{what} is not valid: {describe(error)}{_see(hint)}") from None
 
 
-def describe(error: ValidationError) -> str:
-    """Each problem as `where: what` (JSON paths), the first MAX_PROBLEMS_SHOWN of them."""
-    problems = []
+def problems(error: ValidationError) -> list[str]:
+    """Each problem as `where: what` (the field's JSON path), in the CLI's words."""
+    found = []
     for item in error.errors():
         where = json_path(item["loc"]).removeprefix("$").removeprefix(".")
         message = item["msg"].removeprefix("Value error, ")
-        if item["type"] == "extra_forbidden":
-            message = "not a field here (misspelt, or from another version?)"
-        problems.append(f"{where}: {message}" if where else message)
-    shown = "; ".join(problems[:MAX_PROBLEMS_SHOWN])
-    if len(problems) > MAX_PROBLEMS_SHOWN:
-        shown += f"; and {len(problems) - MAX_PROBLEMS_SHOWN} more"
+        found.append(f"{where}: {message}" if where else message)
+    return found
+
+
+def describe(error: ValidationError) -> str:
+    return joined(problems(error))
+
+
+def joined(found: Sequence[str]) -> str:
+    """Problems on one line, the first MAX_PROBLEMS_SHOWN of them (a terminal or a log shows it whole)."""
+    shown = "; ".join(found[:MAX_PROBLEMS_SHOWN])
+    if len(found) > MAX_PROBLEMS_SHOWN:
+        shown += f"; and {len(found) - MAX_PROBLEMS_SHOWN} more"
     return shown
 
 
