@@ -132,6 +132,7 @@ async def record(client: Client, substrate: RunningSubstrate, scratch: Path) -> 
                 admission_requester_sweep(client),
                 mixed_mission(client, control),
                 cancelled_mission(client, control),
+                refused_mission(client),
                 contended_missions(client, control),
                 orphaned_workload(client, control),
                 workloads_refused(client, url),
@@ -274,10 +275,30 @@ async def cancelled_mission(client: Client, control: MissionControl) -> None:
         return child.lineage is not None and child.lineage.task_id is not None
 
     await eventually(running, "the sleeper running", within=30, interval=0.1)
+    # A client's mistake on the way: a stop with an argument is refused and recorded, nothing else.
+    await control.handle(cancelled.mission_id).signal("stop", {"now": True})
+
+    async def refused() -> bool:
+        return bool((await control.show(cancelled.mission_id)).refused)
+
+    await eventually(refused, "the bad stop recorded as refused", within=30, interval=0.1)
     await control.cancel(cancelled.mission_id)
     await ended(control.handle(cancelled.mission_id))
     await save_chain(client, "mission:recorded-cancel", "mission-cancelled")
     await save_chain(client, workload_workflow_id(cancelled.mission_id, "sleeper"), "workload-cancelled")
+
+
+async def refused_mission(client: Client) -> None:
+    """A mission whose input a client got wrong (a misspelt field): the run fails at once, typed."""
+    spec = {"mission_id": "recorded-refused", "orchestrator_id": "recorder", "goal": "record a refused input",
+            "host_group": "missions", "aggregation": {"mode": "quorum", "quorum": 1},
+            "children": [{"child_id": "c", "kind": "one-shot-command", "prompt": "true"}]}
+    handle = await client.start_workflow("MissionWorkflow", {"spec": spec}, id="mission:recorded-refused", task_queue=TASK_QUEUE)
+    try:
+        await handle.result()
+    except WorkflowFailureError:
+        pass
+    await save_chain(client, "mission:recorded-refused", "mission-refused-input")
 
 
 async def contended_missions(client: Client, control: MissionControl) -> None:

@@ -38,7 +38,6 @@ from temporalio import workflow
 from workflows.timers import KeptTimer
 
 with workflow.unsafe.imports_passed_through():
-    from workflows import inbound
     from workflows.admission.messages import (
         DECISION_SIGNAL,
         AdmissionDecision,
@@ -53,6 +52,7 @@ with workflow.unsafe.imports_passed_through():
         admission_workflow_id,
     )
     from workflows.admission.model import AdmissionRequest
+    from workflows.inbound import Refused, argument
 
 SUBMIT_ACTIVITY = "submit_admission_batch"
 # What the engine can do to a lease the requester holds without being asked: move it back to
@@ -70,7 +70,7 @@ class AdmissionClient:
         *,
         search_attributes: bool = False,
         renewal: Renewal = "requester",
-        on_refused: Callable[[str, inbound.Refused], None] | None = None,
+        on_refused: Callable[[str, Refused], None] | None = None,
     ) -> None:
         self.host_group = host_group
         self._on_refused = on_refused  # a decision signal whose argument was refused: the requester records it
@@ -119,8 +119,8 @@ class AdmissionClient:
 
     def _on_decisions(self, *args: Any) -> None:
         try:
-            batch = inbound.argument(args, DecisionBatch, f"the {DECISION_SIGNAL} signal's argument")
-        except inbound.Refused as refused:  # from no singleton of ours: nothing to act on
+            batch = argument(args, DecisionBatch, f"the {DECISION_SIGNAL} signal's argument")
+        except Refused as refused:  # from no singleton of ours: nothing to act on
             if self._on_refused is not None:
                 self._on_refused(DECISION_SIGNAL, refused)
             return

@@ -36,7 +36,6 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
-    from workflows import inbound
     from workflows.admission import codec, engine
     from workflows.admission.messages import (
         BETWEEN_RESTORE_SLICES,
@@ -75,6 +74,15 @@ with workflow.unsafe.imports_passed_through():
         Submit,
     )
     from workflows.audit import AuditExport
+    from workflows.inbound import (
+        MAX_REFUSALS_KEPT,
+        Refusal,
+        Refused,
+        argument,
+        no_argument,
+        optional_argument,
+        refused_start,
+    )
     from workflows.metrics import AdmissionMetrics
 
 EXPORT_AUDIT_ACTIVITY = "export_audit_events"
@@ -92,11 +100,11 @@ class AdmissionWorkflow:
         # Operators and the `temporal` CLI start host groups too (docs/admission-engine.md): a bad
         # input fails the run at once instead of its first workflow task for ever.
         try:
-            input = inbound.argument(args, AdmissionWorkflowInput, "AdmissionWorkflow's input", hint=SCHEMA_HINT)
-        except inbound.Refused as refused:
-            raise inbound.refused_start(refused, ADMISSION_WORKFLOW) from None
+            input = argument(args, AdmissionWorkflowInput, "AdmissionWorkflow's input", hint=SCHEMA_HINT)
+        except Refused as refused:
+            raise refused_start(refused, ADMISSION_WORKFLOW) from None
         self._input = input
-        self._refused: deque[inbound.Refusal] = deque(maxlen=inbound.MAX_REFUSALS_KEPT)
+        self._refused: deque[Refusal] = deque(maxlen=MAX_REFUSALS_KEPT)
         carried = input.carried
         self._restore: codec.Restore | None = None
         if carried is None:
@@ -189,7 +197,7 @@ class AdmissionWorkflow:
         "Requires the operator's name, which the audit trail records; the change applies on the next decision pass."
     ))
     def set_policy(self, *args: Any) -> AdmissionPolicy:
-        change = inbound.argument(args, PolicyChange, "the set_policy update's argument")
+        change = argument(args, PolicyChange, "the set_policy update's argument")
         # An update, not a signal: its argument's type (`PolicyChange.operator`, an OperatorName)
         # requires the operator's name, so a change without one is rejected before it reaches
         # history and the sender learns why. Applied in the decision loop like every other input
@@ -199,22 +207,22 @@ class AdmissionWorkflow:
 
     @set_policy.validator
     def _policy_change_readable(self, *args: Any) -> None:
-        inbound.argument(args, PolicyChange, "the set_policy update's argument", hint=SCHEMA_HINT)
+        argument(args, PolicyChange, "the set_policy update's argument", hint=SCHEMA_HINT)
 
     def _signal_argument(self, name: str, args: tuple[Any, ...], model: Any) -> Any:
         """The signal's one argument, or None when it was refused (kept for the `refusals` query)."""
         try:
-            return inbound.argument(args, model, f"the {name} signal's argument", hint=SCHEMA_HINT)
-        except inbound.Refused as refused:
+            return argument(args, model, f"the {name} signal's argument", hint=SCHEMA_HINT)
+        except Refused as refused:
             workflow.logger.warning("signal %s refused: %s", name, refused)
-            self._refused.append(inbound.Refusal(at=workflow.now(), signal=name, reason=str(refused)))
+            self._refused.append(Refusal(at=workflow.now(), signal=name, reason=str(refused)))
             return None
 
     # --- queries ----------------------------------------------------------------------------
 
     @workflow.query(description="The admission queue in decision order: position, effective priority, binding limit, wait.")
     def queue(self, *args: Any) -> list[QueueRow]:
-        limit = inbound.optional_argument(args, _LIMIT, 1000, "the queue query's limit")
+        limit = optional_argument(args, _LIMIT, 1000, "the queue query's limit")
         self._require_restored()
         state = self._state
         rows = []
@@ -233,7 +241,7 @@ class AdmissionWorkflow:
 
     @workflow.query(description="Every held lease: holder, placement, revision and expiry.")
     def leases(self, *args: Any) -> list[LeaseRow]:
-        inbound.no_argument(args, "the leases query")
+        no_argument(args, "the leases query")
         self._require_restored()
         rows = []
         for rec in sorted(self._state.admitted.values(), key=lambda rec: (rec.lease_expires_us, rec.request_id)):
@@ -256,36 +264,36 @@ class AdmissionWorkflow:
         "The requester workflows that hold or wait for a lease here: what the requester sweep checks against visibility."
     ))
     def requesters(self, *args: Any) -> list[str]:
-        inbound.no_argument(args, "the requesters query")
+        no_argument(args, "the requesters query")
         self._require_restored()
         return sorted(who for who in self._by_requester if self._live_requests_of(who))
 
     @workflow.query(description="Leases held against each limit of the policy (global, environment, provider, lane, runtime).")
     def usage(self, *args: Any) -> list[UsageRow]:
-        inbound.no_argument(args, "the usage query")
+        no_argument(args, "the usage query")
         self._require_restored()
         return [UsageRow(limit=label, used=used, maximum=maximum) for label, used, maximum in engine.usage_view(self._state)]
 
     @workflow.query(description="The most recent audit events (the full trail is in the audit store: `conductor admission audit`).")
     def audit(self, *args: Any) -> list[AuditEvent]:
-        limit = inbound.optional_argument(args, _LIMIT, 50, "the audit query's limit")
+        limit = optional_argument(args, _LIMIT, 50, "the audit query's limit")
         return list(self._recent)[-limit:] if limit > 0 else []
 
     @workflow.query(description="The admission policy in force.")
     def policy(self, *args: Any) -> AdmissionPolicy:
-        inbound.no_argument(args, "the policy query")
+        no_argument(args, "the policy query")
         return self._state.policy
 
     @workflow.query(description="What would happen to this request if it were submitted now, without submitting it.")
     def what_if(self, *args: Any) -> WhatIf:
-        request = inbound.argument(args, AdmissionRequest, "the what_if query's argument", hint=SCHEMA_HINT)
+        request = argument(args, AdmissionRequest, "the what_if query's argument", hint=SCHEMA_HINT)
         self._require_restored()
         outcome, explanation = engine.what_if(self._state, request)
         return WhatIf(outcome=outcome, explanation=explanation)
 
     @workflow.query(description="Signals this singleton received and did not act on, and why (the newest ones).")
-    def refusals(self, *args: Any) -> list[inbound.Refusal]:
-        inbound.no_argument(args, "the refusals query")
+    def refusals(self, *args: Any) -> list[Refusal]:
+        no_argument(args, "the refusals query")
         return list(self._refused)
 
     def _require_restored(self) -> None:

@@ -6,10 +6,10 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from workflows import inbound
 from workflows.admission.messages import RequesterCarry
 from workflows.admission.model import OperatorName
 from workflows.ids import admission_request_id, mission_workflow_id  # noqa: F401 (defined once there)
+from workflows.inbound import Refused, argument, describe
 from workflows.limits import MAX_REVIEW_REASON_CHARS
 from workflows.mission.attempts import AttemptStop
 from workflows.mission.executor_v1 import ExecutorDispatch, is_dispatch
@@ -92,11 +92,11 @@ def read_mission_input(args: tuple[object, ...]) -> MissionInput:
     dispatch payload, which is a one-child mission (`workflows.mission.executor_v1`); Refused otherwise."""
     what = "MissionWorkflow's input"
     if len(args) != 1 or not is_dispatch(args[0]):
-        return inbound.argument(args, MissionInput, what, hint=INPUT_HINT)
-    dispatch = inbound.argument(args, ExecutorDispatch, f"{what} (an executor.v1 dispatch)", hint=INPUT_HINT)
+        return argument(args, MissionInput, what, hint=INPUT_HINT)
+    dispatch = argument(args, ExecutorDispatch, f"{what} (an executor.v1 dispatch)", hint=INPUT_HINT)
     try:
         return MissionInput(spec=dispatch.to_spec())
     except ValidationError as error:
-        raise inbound.Refused(f"{what} (an executor.v1 dispatch) makes no mission: {inbound.describe(error)}") from None
+        raise Refused(f"{what} (an executor.v1 dispatch) makes no mission: {describe(error)}") from None
     except ValueError as error:
-        raise inbound.Refused(f"{what} (an executor.v1 dispatch) makes no mission: {error}") from None
+        raise Refused(f"{what} (an executor.v1 dispatch) makes no mission: {error}") from None

@@ -45,9 +45,9 @@ from workflows.timers import KeptTimer
 with workflow.unsafe.imports_passed_through():
     from workflows.admission.client import AdmissionClient
     from workflows.admission.messages import AdmissionDecision, Backpressure as AdmissionBackpressure
-    from workflows import inbound
     from workflows.admission.model import LANE_OVERRIDE_POLICY, PREEMPTION_POLICY, REQUEUE_POLICY, AdmissionRequest
     from workflows.ids import ATTEMPT_SEPARATOR
+    from workflows.inbound import Refusal, Refused, argument, no_argument, refused_start
     from workflows.mission import aggregation
     from workflows.mission.attempts import TAKEN_AWAY, AttemptStop, Judgement
     from workflows.mission.ledger import (
@@ -121,8 +121,8 @@ class MissionWorkflow:
         # and a bad one fails the run at once instead of its first workflow task for ever.
         try:
             input = read_mission_input(args)
-        except inbound.Refused as refused:
-            raise inbound.refused_start(refused, MISSION_WORKFLOW) from None
+        except Refused as refused:
+            raise refused_start(refused, MISSION_WORKFLOW) from None
         self._input = input
         self._spec = input.spec
         self._child_specs = {child.child_id: child for child in input.spec.children}
@@ -188,8 +188,8 @@ class MissionWorkflow:
     def stop(self, *args: Any) -> None:
         """Stop supervising: stop every live child's runtime task, release the leases, close."""
         try:
-            inbound.no_argument(args, "the stop signal")
-        except inbound.Refused as refused:
+            no_argument(args, "the stop signal")
+        except Refused as refused:
             self._refuse("stop", refused)
             return
         self._stop_requested = True
@@ -200,7 +200,7 @@ class MissionWorkflow:
         "requires the operator's name and a reason, which the ledger records."
     ))
     def review(self, *args: Any) -> MissionLedger:
-        request = inbound.argument(args, ReviewRequest, "the review update's argument")
+        request = argument(args, ReviewRequest, "the review update's argument")
         decision = ReviewDecision(
             operator=request.operator, decision=request.decision, reason=request.reason, decided_at=workflow.now(),
         )
@@ -211,7 +211,7 @@ class MissionWorkflow:
 
     @review.validator
     def _review_allowed(self, *args: Any) -> None:
-        inbound.argument(args, ReviewRequest, "the review update's argument", hint=REVIEW_HINT)
+        argument(args, ReviewRequest, "the review update's argument", hint=REVIEW_HINT)
         refusal = aggregation.review_refusal(self._ledger, self._spec)
         if refusal is not None:
             raise ValueError(refusal)
@@ -224,25 +224,25 @@ class MissionWorkflow:
 
     @wait_for_verdict.validator
     def _wait_takes_nothing(self, *args: Any) -> None:
-        inbound.no_argument(args, "the wait_for_verdict update")
+        no_argument(args, "the wait_for_verdict update")
 
     @workflow.query(description="The mission's ledger now: every child's state, the aggregation and the verdict.")
     def ledger(self, *args: Any) -> MissionLedger:
-        inbound.no_argument(args, "the ledger query")
+        no_argument(args, "the ledger query")
         return self._ledger
 
     def _signal_argument(self, name: str, args: tuple[Any, ...], rule: Any) -> Any:
         """The signal's one argument, or None when it was refused (and recorded as such)."""
         try:
-            return inbound.argument(args, rule, f"the {name} signal's argument")
-        except inbound.Refused as refused:
+            return argument(args, rule, f"the {name} signal's argument")
+        except Refused as refused:
             self._refuse(name, refused)
             return None
 
-    def _refuse(self, signal: str, refused: inbound.Refused) -> None:
+    def _refuse(self, signal: str, refused: Refused) -> None:
         workflow.logger.warning("signal %s refused: %s", signal, refused)
         self._ledger = aggregation.record_refusal(
-            self._ledger, inbound.Refusal(at=workflow.now(), signal=signal, reason=str(refused)),
+            self._ledger, Refusal(at=workflow.now(), signal=signal, reason=str(refused)),
         )
         self._wake += 1  # the next pass writes and shows it
 

@@ -45,8 +45,8 @@ from temporalio.exceptions import ActivityError, ApplicationError, is_cancelled_
 from workflows.cancellation import raise_if_cancel_requested
 
 with workflow.unsafe.imports_passed_through():
-    from workflows import inbound
     from workflows.contract import ContractError, WorkloadRecord, WorkloadStatus
+    from workflows.inbound import Refused, argument, no_argument, refused_start
     from workflows.metrics import workload_dispatched
     from workflows.mission.search import WORKLOAD_STATE
     from workflows.workload.client import verdict_failure
@@ -142,9 +142,9 @@ class WorkloadWorkflow:
     def __init__(self, *args: Any) -> None:
         # Started by missions; a client that starts one itself with a bad input fails it at once.
         try:
-            input = inbound.argument(args, WorkloadInput, "WorkloadWorkflow's input", hint=SCHEMA_HINT)
-        except inbound.Refused as refused:
-            raise inbound.refused_start(refused, WORKLOAD_WORKFLOW) from None
+            input = argument(args, WorkloadInput, "WorkloadWorkflow's input", hint=SCHEMA_HINT)
+        except Refused as refused:
+            raise refused_start(refused, WORKLOAD_WORKFLOW) from None
         self._input = input
         self._child_id = input.child.child_id
         self._fleet_id = fleet_child_id(input.mission_id, input.child.child_id, input.attempt)
@@ -160,7 +160,7 @@ class WorkloadWorkflow:
     @workflow.query(description="The last observation this workload reported to its mission.")
     def observation(self, *args: Any) -> ChildObservation | None:
         """The last observation reported to the parent."""
-        inbound.no_argument(args, "the observation query")
+        no_argument(args, "the observation query")
         return self._last
 
     @workflow.run
