@@ -34,9 +34,11 @@ from tests.substrate_fixtures import substrate_config
 from tests.substrate_support import EXECUTOR_TOKEN, FLEET_TOKEN
 from worker.binaries import temporal_cli
 from worker.config import WorkerConfig
+from worker.lease import NotAdmitted, acquire, hold, kept
 from worker.mission_control import MissionControl, parse_spec
 from worker.payloads import DATA_CONVERTER
 from worker.worker import build_worker
+from workflows.admission.holders import HeldRequest
 from workflows.admission.messages import PolicyChange, SubmitBatch, admission_workflow_id
 from workflows.admission.model import AdmissionPolicy, AdmissionRequest
 from workflows.admission.probe import ProbeInput, ProbeRequest
@@ -133,6 +135,7 @@ async def record(client: Client, substrate: RunningSubstrate, scratch: Path) -> 
                 mixed_mission(client, control),
                 cancelled_mission(client, control),
                 refused_mission(client),
+                holder_leases(client),
                 contended_missions(client, control),
                 orphaned_workload(client, control),
                 workloads_refused(client, url),
@@ -299,6 +302,32 @@ async def refused_mission(client: Client) -> None:
     except WorkflowFailureError:
         pass
     await save_chain(client, "mission:recorded-refused", "mission-refused-input")
+
+
+async def holder_leases(client: Client) -> None:
+    """Holders that are not workflows (workflows.admission.holders, through worker.lease) on a
+    host group of one slot: one holds and renews while another waits with long polls; a third is
+    withdrawn while queued; the first gives back and the second is admitted, then gives back."""
+    change = PolicyChange(operator="recorder", policy=ONE_AT_A_TIME.model_copy(update={"lease_ttl_seconds": 3}))
+    await set_policy_with_start(client, TASK_QUEUE, "holders", change)
+    request = lambda name: HeldRequest(request_id=name, orchestrator_id="recorder")  # noqa: E731
+    async with hold(client, "holders", request("held-first"), holder="alice@recorder") as first:
+        waiting = asyncio.ensure_future(acquire(client, "holders", request("held-second"), holder="bob@recorder"))
+        withdraw = asyncio.Event()
+        withdrawn = asyncio.ensure_future(
+            acquire(client, "holders", request("held-withdrawn"), holder="carol@recorder", withdraw=withdraw)
+        )
+        await asyncio.sleep(2.5)  # a renewal at a third of the TTL, the others queued
+        withdraw.set()
+        try:
+            await withdrawn
+        except NotAdmitted:
+            pass
+        assert first.decision.lease_revision >= 2, first.decision
+    second = await waiting
+    async with kept(second):
+        pass
+    await save_chain(client, admission_workflow_id("holders"), "admission-holders")
 
 
 async def contended_missions(client: Client, control: MissionControl) -> None:

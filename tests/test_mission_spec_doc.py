@@ -12,6 +12,7 @@ import jsonschema
 import pytest
 
 from tests.cli_support import conductor_now
+from workflows.mission.executor_v1 import ExecutorDispatch, is_dispatch
 from workflows.mission.spec import ChildSpec, MissionSpec
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "mission-spec.md"
@@ -37,16 +38,22 @@ def test_schema_is_the_models_and_accepts_what_the_model_accepts(capsys):
         jsonschema.validate({**bundled, "mission_idd": "typo"}, schema)  # unknown fields are refused, as by the model
 
 
+def spec_of(example: dict) -> MissionSpec:
+    """A spec example as the model reads it; an executor.v1 dispatch as the one-child mission it is."""
+    return ExecutorDispatch.model_validate(example).to_spec() if is_dispatch(example) else MissionSpec.model_validate(example)
+
+
 @pytest.mark.parametrize("index", range(len(examples())))
 def test_every_example_in_the_doc_is_a_valid_spec(index, capsys):
     example = examples()[index]
-    spec = MissionSpec.model_validate(example)
-    jsonschema.validate(example, conductor_now(capsys, "mission", "schema").json)
+    spec = spec_of(example)
+    schema = "executor-v1-dispatch" if is_dispatch(example) else "mission-spec"
+    jsonschema.validate(example, conductor_now(capsys, "mission", "schema", schema).json)
     assert spec.mission_id == example["mission_id"]
 
 
 def test_the_doc_has_an_example_per_aggregation_mode_and_kind_and_explains_every_field():
-    specs = [MissionSpec.model_validate(example) for example in examples()]
+    specs = [spec_of(example) for example in examples()]
     assert {spec.aggregation.mode for spec in specs} >= AGGREGATION_MODES
     assert {child.kind for spec in specs for child in spec.children} >= KINDS
     # Each mode and kind also has an example of its own (a spec of one mode, a child of one kind).

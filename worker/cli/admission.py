@@ -17,6 +17,8 @@ import getpass
 import json
 import math
 import os
+import secrets
+import socket
 import sys
 from collections.abc import Awaitable, Callable
 from datetime import datetime, timezone
@@ -29,13 +31,16 @@ from temporalio.service import RPCError
 from worker import admission_views as views
 from worker.admission_live import LiveAdmission, LiveError, open_client
 from worker.config import WorkerConfig
-from worker.host_groups import host_groups_table, list_host_groups
+from worker.admission_run import run_command
+from worker.host_groups import host_groups_table, list_host_groups, require_host_group
 from worker.inputs import InputError, check_argument, read_json, read_lines
-from worker.connection import ReconnectSettingError
+from worker.connection import ReconnectSettingError, refusal
 from worker.simulator import TraceError, check_moment, describe_validation_error, load_policy, simulate
 from worker.cli.arguments import whole_number
 from workflows.admission.messages import LeaseRow, PolicyChange, QueueRow, UsageRow, WhatIf
-from workflows.admission.model import AdmissionPolicy, AdmissionRequest, AuditEvent, OperatorName
+from workflows.admission.holders import HeldRequest
+from workflows.admission.model import AdmissionPolicy, AdmissionRequest, AuditEvent, Identifier, OperatorName
+from workflows.inbound import describe
 from workflows.mission.spec import HostGroup
 
 # What a what-if request may leave out: it is never submitted, so these only need plausible values.
@@ -91,6 +96,36 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                            "submitted_at (now) and queue_timeout_seconds may be left out.")
     what_if.add_argument("request", type=Path, metavar="REQUEST.json", help="request JSON file")
     what_if.set_defaults(func=run_what_if)
+
+    run = commands.add_parser(
+        "run",
+        help="run COMMAND only under an admitted lease of the host group (for agent loops and scripts)",
+        description="Like flock(1) or srun: ask the host group's admission for a lease (saying on stderr where the "
+        "request waits), run COMMAND once admitted, renew while it runs, give the lease back when it ends, and exit "
+        "with its status. SIGINT, SIGTERM and SIGHUP are passed on to it. A lease lost while it runs (preempted, "
+        "displaced, expired, revoked) stops it (SIGTERM, then SIGKILL after --grace) and exits 75; a request never "
+        "admitted (denied, timed out in the queue) exits 69 and COMMAND never runs. Needs no worker of its own: the "
+        "host group's workers answer. docs/admission-api.md.",
+    )
+    run.add_argument("--host-group", required=True, metavar="G", help="host group name")
+    run.add_argument("--request-id", metavar="ID", help="the request's id (default: run-<host>-<pid>-<random>); "
+                     "a repeat with the same id and placement is the same request")
+    run.add_argument("--orchestrator", default="conductor-run", metavar="ID", help="orchestrator id (default conductor-run)")
+    run.add_argument("--environment", default="default", help="environment (default default)")
+    run.add_argument("--provider", default="local", help="provider (default local)")
+    run.add_argument("--runtime-kind", default="host", choices=["host", "container", "vm", "microvm", "custom"],
+                     help="runtime tier (default host)")
+    run.add_argument("--priority", type=int, default=0, help="priority, higher first (default 0)")
+    run.add_argument("--priority-class", default="P2", choices=["P0", "P1", "P2", "P3"], help="priority class (default P2)")
+    run.add_argument("--lane", help="lane (default none)")
+    run.add_argument("--preemptible", action="store_true", help="may be preempted by more urgent work (then exits 75)")
+    run.add_argument("--queue-timeout", type=float, default=3600.0, metavar="SECONDS",
+                     help="give up if not admitted within this long (default 3600; exit 69)")
+    run.add_argument("--grace", type=float, default=10.0, metavar="SECONDS",
+                     help="after SIGTERM on a lost lease, SIGKILL this much later (default 10)")
+    run.add_argument("--holder", metavar="NAME", help="who holds the lease, as queues and leases show it (default user@host)")
+    run.add_argument("wrapped", nargs=argparse.REMAINDER, metavar="-- COMMAND [ARGS]", help="what to run")
+    run.set_defaults(func=run_wrapped)
 
     groups = commands.add_parser(
         "host-groups", help="every host group (a running admission workflow) with its usage",
@@ -328,3 +363,39 @@ def run_simulate(args: argparse.Namespace) -> int:
         for output in simulate(policy, read_lines(stream), audit=args.audit):
             sys.stdout.write(json.dumps(output, separators=(",", ":")) + "\n")
     return 0
+
+
+def run_wrapped(args: argparse.Namespace) -> int:
+    """`conductor admission run`: see worker/admission_run.py."""
+    command = args.wrapped[1:] if args.wrapped[:1] == ["--"] else args.wrapped
+    if not command:
+        raise InputError("conductor admission run needs a command after --: conductor admission run --host-group G -- COMMAND [ARGS]")
+    host_group = _host_group(args.host_group)
+    host = socket.gethostname()
+    holder = args.holder or f"{getpass.getuser()}@{host}"
+    try:
+        request = HeldRequest(
+            request_id=args.request_id or f"run-{host}-{os.getpid()}-{secrets.token_hex(3)}",
+            orchestrator_id=args.orchestrator, environment=args.environment, provider=args.provider,
+            runtime_kind=args.runtime_kind, priority=args.priority, priority_class=args.priority_class, lane=args.lane,
+            preemptible=args.preemptible, queue_timeout_seconds=args.queue_timeout,
+        )
+        check_argument(Identifier, holder, "--holder")
+    except ValidationError as error:
+        raise InputError(f"conductor admission run: {describe(error)}") from None
+    if not args.grace >= 0:
+        raise InputError("--grace must be zero or more seconds")
+
+    async def wrapped() -> int:
+        client = await open_client()
+        await require_host_group(client, host_group)
+        return await run_command(client, host_group, request, command, holder=holder, grace_seconds=args.grace)
+
+    try:
+        return asyncio.run(wrapped())
+    except LiveError as error:
+        print(f"conductor admission run: {error}", file=sys.stderr)
+        return 1
+    except RPCError as error:
+        print(f"conductor admission run: {refusal(error)}", file=sys.stderr)
+        return 1

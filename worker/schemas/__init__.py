@@ -17,7 +17,16 @@ from typing import Any
 
 from pydantic import BaseModel, TypeAdapter
 
-from workflows.admission.messages import AdmissionWorkflowInput, LeaseRow, PolicyChange, QueueRow, UsageRow, WhatIf
+from workflows.admission.holders import Acquire, AwaitDecision, GiveBack, RenewLease
+from workflows.admission.messages import (
+    AdmissionDecision,
+    AdmissionWorkflowInput,
+    LeaseRow,
+    PolicyChange,
+    QueueRow,
+    UsageRow,
+    WhatIf,
+)
 from workflows.admission.model import AdmissionPolicy, AdmissionRequest, AuditEvent
 from workflows.inbound import Refusal
 from workflows.mission.executor_v1 import ExecutorDispatch
@@ -81,6 +90,15 @@ SCHEMAS: tuple[Schema, ...] = (
     Schema("lease-rows", "Lease rows", "The answer of AdmissionWorkflow's `leases` query.", list[LeaseRow]),
     Schema("usage-rows", "Usage rows", "The answer of AdmissionWorkflow's `usage` query.", list[UsageRow]),
     Schema("audit-events", "Audit events", "The answer of AdmissionWorkflow's `audit` query (argument: an optional limit).", list[AuditEvent]),
+    # AdmissionWorkflow, for holders that are not workflows (docs/admission-api.md)
+    Schema("acquire", "Acquire", "The one argument of AdmissionWorkflow's `acquire` update.", Acquire),
+    Schema("await-decision", "AwaitDecision", "The one argument of AdmissionWorkflow's `await_decision` update.", AwaitDecision),
+    Schema("renew-lease", "RenewLease", "The one argument of AdmissionWorkflow's `renew_lease` update.", RenewLease),
+    Schema("give-back", "GiveBack",
+           "The one argument of AdmissionWorkflow's `release_lease` and `cancel_request` updates.", GiveBack),
+    Schema("admission-decision", "AdmissionDecision",
+           "What every holder update answers: where the request stands (state, revision, lease, queue position).",
+           AdmissionDecision),
     Schema("refusals", "Refusals", "The answer of AdmissionWorkflow's `refusals` query: signals it did not act on, and why.", list[Refusal]),
 )
 

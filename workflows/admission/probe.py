@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 from datetime import timedelta
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 from temporalio import workflow
@@ -19,6 +20,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.admission.client import AdmissionClient, Renewal
     from workflows.admission.messages import AdmissionDecision
     from workflows.admission.model import AdmissionRequest, PriorityClass, RuntimeKind
+    from workflows.inbound import Refused, argument, no_argument, refused_start
 
 
 class ProbeRequest(BaseModel):
@@ -59,12 +61,21 @@ class AdmissionProbeWorkflow:
         self._finish = False
 
     @workflow.signal(description="Operators (`conductor admission probe`): stop holding now, give everything back and return.")
-    def finish(self) -> None:
+    def finish(self, *args: Any) -> None:
         """Stop holding now: give everything back and return."""
+        try:
+            no_argument(args, "the finish signal")
+        except Refused as refused:
+            workflow.logger.warning("signal finish refused: %s", refused)
+            return
         self._finish = True
 
     @workflow.run
-    async def run(self, input: ProbeInput) -> ProbeResult:
+    async def run(self, *args: Any) -> ProbeResult:
+        try:
+            input = argument(args, ProbeInput, "AdmissionProbeWorkflow's input")
+        except Refused as refused:
+            raise refused_start(refused, "AdmissionProbeWorkflow") from None
         admission = AdmissionClient(input.host_group, renewal=input.renewal)
         me = workflow.info().workflow_id
         now = workflow.now()

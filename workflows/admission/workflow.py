@@ -26,6 +26,7 @@ it runs wait and leave together in the next one.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections import defaultdict, deque
 from datetime import datetime, timedelta
 from typing import Annotated, Any
@@ -33,10 +34,11 @@ from typing import Annotated, Any
 from pydantic import Field, TypeAdapter
 from temporalio import workflow
 from temporalio.common import RetryPolicy
-from temporalio.exceptions import ActivityError
+from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     from workflows.admission import codec, engine
+    from workflows.admission.holders import Acquire, AwaitDecision, GiveBack, RenewLease, is_holder, requester_of
     from workflows.admission.messages import (
         BETWEEN_RESTORE_SLICES,
         DECISION_SIGNAL,
@@ -49,6 +51,7 @@ with workflow.unsafe.imports_passed_through():
         CarriedState,
         DecisionBatch,
         InboxItem,
+        LeaseRef,
         LeaseRow,
         PolicyChange,
         QueueRow,
@@ -90,7 +93,11 @@ MAX_EVENTS_PER_EXPORT = 500  # keeps one export's input far below the server's p
 ADMISSION_WORKFLOW = "AdmissionWorkflow"
 SCHEMA_HINT = "see `conductor mission schema --list` and docs/mission-control-api.md"
 _LIMIT = TypeAdapter(Annotated[int, Field(ge=0, le=100_000)])
-CARRY_AT_MOST = 100  # inbox items a continue-as-new carries without one more decision pass first
+CARRY_AT_MOST = 100
+# How long a holder's update waits for the pass that applies it (the loop decides as soon as the
+# inbox has anything; a pass takes milliseconds): beyond it, the answer is what the records say.
+HOLDER_FIRST_ANSWER_SECONDS = 10.0
+HOLDER_EXPIRED = "the holder's lease expired unrenewed; a holder is not requeued (it has stopped what the lease was for)"  # inbox items a continue-as-new carries without one more decision pass first
 
 
 @workflow.defn(name=ADMISSION_WORKFLOW)
@@ -105,6 +112,11 @@ class AdmissionWorkflow:
             raise refused_start(refused, ADMISSION_WORKFLOW) from None
         self._input = input
         self._refused: deque[Refusal] = deque(maxlen=MAX_REFUSALS_KEPT)
+        # Holders' latest decisions (request id -> the pass count that made it, the decision), for
+        # their waiting updates; never carried: a new run answers from the engine's records.
+        self._held: dict[str, tuple[int, AdmissionDecision]] = {}
+        self._decided = 0  # passes that decided anything for a holder
+        self._ending = False  # continue-as-new is next: waiting updates answer now
         carried = input.carried
         self._restore: codec.Restore | None = None
         if carried is None:
@@ -209,6 +221,114 @@ class AdmissionWorkflow:
     def _policy_change_readable(self, *args: Any) -> None:
         argument(args, PolicyChange, "the set_policy update's argument", hint=SCHEMA_HINT)
 
+    # --- holders: requesters that are not workflows (workflows.admission.holders) -------------
+
+    @workflow.update(description=(
+        "Any client (a script, Cockpit, `conductor admission run`): submit a request as a holder that is not a "
+        "workflow, and wait at most wait_seconds for it to leave the queue; answers its AdmissionDecision."
+    ))
+    async def acquire(self, *args: Any) -> AdmissionDecision:
+        call = argument(args, Acquire, "the acquire update's argument")
+        requester = requester_of(call.holder)
+        since = self._decided
+        self._inbox.append(InboxItem(kind="submit", submit=SubmitBatch(
+            requester=requester, requests=[call.request.submitted(workflow.now())],
+        )))
+        await self._answer(requester, call.request.request_id, since, HOLDER_FIRST_ANSWER_SECONDS, lambda _: True)
+        return await self._answer(
+            requester, call.request.request_id, since, call.wait_seconds, lambda decision: decision.state != "queued",
+        )
+
+    @acquire.validator
+    def _acquire_readable(self, *args: Any) -> None:
+        self._holder_call_allowed(args, Acquire, "acquire")
+
+    @workflow.update(description=(
+        "Any client: wait at most wait_seconds for a decision on a holder's request newer than after_revision "
+        "(a long poll: a queued request's admission, a held lease's preemption); answers its AdmissionDecision."
+    ))
+    async def await_decision(self, *args: Any) -> AdmissionDecision:
+        call = argument(args, AwaitDecision, "the await_decision update's argument")
+        requester = requester_of(call.holder)
+        current = self._decision(requester, call.request_id)
+        if current.revision > call.after_revision or current.state == "unknown":
+            return self._known(current)
+        return await self._answer(
+            requester, call.request_id, self._decided, call.wait_seconds,
+            lambda decision: decision.revision > call.after_revision,
+        )
+
+    @await_decision.validator
+    def _await_readable(self, *args: Any) -> None:
+        self._holder_call_allowed(args, AwaitDecision, "await_decision")
+
+    @workflow.update(description="Any client: renew a holder's lease, fenced by its lease revision; answers its AdmissionDecision.")
+    async def renew_lease(self, *args: Any) -> AdmissionDecision:
+        call = argument(args, RenewLease, "the renew_lease update's argument")
+        return await self._holder_change(call.holder, call.request_id, InboxItem(kind="renew", renew=RenewBatch(
+            requester=requester_of(call.holder),
+            leases=[LeaseRef(request_id=call.request_id, lease_revision=call.lease_revision)],
+        )))
+
+    @renew_lease.validator
+    def _renew_readable(self, *args: Any) -> None:
+        self._holder_call_allowed(args, RenewLease, "renew_lease")
+
+    @workflow.update(description="Any client: give back a holder's lease; answers its AdmissionDecision.")
+    async def release_lease(self, *args: Any) -> AdmissionDecision:
+        call = argument(args, GiveBack, "the release_lease update's argument")
+        return await self._holder_change(call.holder, call.request_id, InboxItem(kind="release", release=ReleaseBatch(
+            requester=requester_of(call.holder), request_ids=[call.request_id],
+        )))
+
+    @release_lease.validator
+    def _release_readable(self, *args: Any) -> None:
+        self._holder_call_allowed(args, GiveBack, "release_lease")
+
+    @workflow.update(description="Any client: withdraw a holder's request still queued; answers its AdmissionDecision.")
+    async def cancel_request(self, *args: Any) -> AdmissionDecision:
+        call = argument(args, GiveBack, "the cancel_request update's argument")
+        return await self._holder_change(call.holder, call.request_id, InboxItem(kind="cancel", cancel=CancelBatch(
+            requester=requester_of(call.holder), request_ids=[call.request_id],
+        )))
+
+    @cancel_request.validator
+    def _cancel_readable(self, *args: Any) -> None:
+        self._holder_call_allowed(args, GiveBack, "cancel_request")
+
+    def _holder_call_allowed(self, args: tuple[Any, ...], model: Any, name: str) -> None:
+        argument(args, model, f"the {name} update's argument", hint=SCHEMA_HINT)
+        self._require_restored()
+
+    async def _holder_change(self, holder: str, request_id: str, item: InboxItem) -> AdmissionDecision:
+        """Apply a holder's renewal, release or cancellation in the next pass; answer its decision."""
+        requester = requester_of(holder)
+        since = self._decided
+        self._inbox.append(item)
+        return await self._answer(requester, request_id, since, HOLDER_FIRST_ANSWER_SECONDS, lambda _: True)
+
+    async def _answer(self, requester: str, request_id: str, since: int, wait_seconds: float, done) -> AdmissionDecision:
+        """The holder's decision on `request_id` once a pass after `since` made one that is `done`,
+        or after `wait_seconds`, or at once when this run hands over (continue-as-new waits for no
+        update longer than a pass)."""
+        def ready() -> bool:
+            held = self._held.get(request_id)
+            return self._ending or (held is not None and held[0] > since and done(held[1]))
+
+        if not ready() and wait_seconds > 0:
+            with contextlib.suppress(asyncio.TimeoutError):
+                await workflow.wait_condition(ready, timeout=timedelta(seconds=wait_seconds), timeout_summary="holder's wait")
+        return self._known(self._decision(requester, request_id))
+
+    @staticmethod
+    def _known(decision: AdmissionDecision) -> AdmissionDecision:
+        """A holder's answer; a request it does not own (or never sent) fails the update, typed."""
+        if decision.state == "unknown":
+            raise ApplicationError(
+                f"request {decision.request_id}: {decision.reason}", type="UnknownRequest", non_retryable=True,
+            )
+        return decision
+
     def _signal_argument(self, name: str, args: tuple[Any, ...], model: Any) -> Any:
         """The signal's one argument, or None when it was refused (kept for the `refusals` query)."""
         try:
@@ -266,7 +386,8 @@ class AdmissionWorkflow:
     def requesters(self, *args: Any) -> list[str]:
         no_argument(args, "the requesters query")
         self._require_restored()
-        return sorted(who for who in self._by_requester if self._live_requests_of(who))
+        # Holders are not workflows: visibility cannot tell whether one is gone, its lease's TTL does.
+        return sorted(who for who in self._by_requester if not is_holder(who) and self._live_requests_of(who))
 
     @workflow.query(description="Leases held against each limit of the policy (global, environment, provider, lane, runtime).")
     def usage(self, *args: Any) -> list[UsageRow]:
@@ -327,6 +448,7 @@ class AdmissionWorkflow:
                     # rather than carry it all; what arrives after that is carried.
                     self._handing_over = True
                     continue
+                self._ending = True
                 await workflow.wait_condition(workflow.all_handlers_finished)
                 workflow.continue_as_new(self._carry())
 
@@ -453,6 +575,12 @@ class AdmissionWorkflow:
             self._apply_item(item, apply, unconfirmed)
         if not items:
             apply(Reconcile(), None, None)
+        # A holder whose lease expired has stopped its work (or is gone): requeued, its request would
+        # take the capacity again until a second expiry. It ends instead, and the holder hears it.
+        for event in [event for event in events if event.type == "requeued"]:
+            requester = self._requesters.get(event.request_id or "")
+            if requester is not None and is_holder(requester):
+                apply(Cancel(request_id=event.request_id, reason=HOLDER_EXPIRED), requester, event.request_id)
 
         happened: dict[str, list[AuditEvent]] = defaultdict(list)
         for event in events:
@@ -585,43 +713,51 @@ class AdmissionWorkflow:
                 self._by_requester[who].add(rid)
 
     def _send_decisions(self, touched, happened, errors) -> None:
-        state = self._state
-        ttl = state.policy.lease_ttl_seconds
         for requester in sorted(touched):
             decisions = []
             for request_id in sorted(touched[requester]):
-                rec = state.records.get(request_id)
                 error = errors.get((requester, request_id))
-                error_code = error.error.code if error is not None and error.error is not None else None
-                if rec is None or self._requesters.get(request_id) != requester:
-                    # Only the owner learns a record's state; anyone else (an identity
-                    # collision, say) must never mistake someone else's lease for its own.
-                    decisions.append(AdmissionDecision(
-                        request_id=request_id, state="unknown", error_code=error_code,
-                        reason=error.error.message if error is not None and error.error is not None else "no such request",
-                    ))
-                    continue
-                model = rec.to_model()
-                its_events = happened.get(request_id, [])
-                related = [event.related_request_id for event in its_events if event.related_request_id]
-                decision = AdmissionDecision(
-                    request_id=request_id,
-                    state=model.state,
-                    revision=model.revision,
-                    happened=[event.type for event in its_events],
-                    reason=model.reason,
-                    lease_revision=model.lease_revision,
-                    lease_expires_at=model.lease_expires_at,
-                    lease_ttl_seconds=ttl,
-                    related_request_id=related[-1] if related else model.preempted_by,
-                    error_code=error_code,
-                )
-                if rec.state == "queued":
-                    decision.position = engine.queue_position(state, rec)
-                    decision.binding_constraint = engine.waiting_on(state, rec)
-                decisions.append(decision)
-            batch = DecisionBatch(host_group=self._input.host_group, revision=state.revision, decisions=decisions)
+                decisions.append(self._decision(requester, request_id, happened.get(request_id, []), error))
+            if is_holder(requester):  # not a workflow: its waiting updates read it (`_answer`)
+                self._decided += 1
+                for decision in decisions:
+                    self._held[decision.request_id] = (self._decided, decision)
+                continue
+            batch = DecisionBatch(host_group=self._input.host_group, revision=self._state.revision, decisions=decisions)
             self._spawn(self._signal_requester(requester, batch))
+
+    def _decision(
+        self, requester: str, request_id: str, its_events: list[AuditEvent] = (), error: OpResult | None = None,
+    ) -> AdmissionDecision:
+        """Where `request_id` stands, as its requester may learn it."""
+        state = self._state
+        rec = state.records.get(request_id)
+        error_code = error.error.code if error is not None and error.error is not None else None
+        if rec is None or self._requesters.get(request_id) != requester:
+            # Only the owner learns a record's state; anyone else (an identity
+            # collision, say) must never mistake someone else's lease for its own.
+            return AdmissionDecision(
+                request_id=request_id, state="unknown", error_code=error_code,
+                reason=error.error.message if error is not None and error.error is not None else "no such request",
+            )
+        model = rec.to_model()
+        related = [event.related_request_id for event in its_events if event.related_request_id]
+        decision = AdmissionDecision(
+            request_id=request_id,
+            state=model.state,
+            revision=model.revision,
+            happened=[event.type for event in its_events],
+            reason=model.reason,
+            lease_revision=model.lease_revision,
+            lease_expires_at=model.lease_expires_at,
+            lease_ttl_seconds=state.policy.lease_ttl_seconds,
+            related_request_id=related[-1] if related else model.preempted_by,
+            error_code=error_code,
+        )
+        if rec.state == "queued":
+            decision.position = engine.queue_position(state, rec)
+            decision.binding_constraint = engine.waiting_on(state, rec)
+        return decision
 
     async def _signal_requester(self, requester: str, batch: DecisionBatch) -> None:
         try:

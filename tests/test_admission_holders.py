@@ -1,0 +1,256 @@
+"""Admission as a shared service: holders that are not workflows share a host group with missions.
+
+One dev server, one host group, and independent schedulers on it: the conductor's missions, the
+`temporal` CLI speaking the holder updates (workflows/admission/holders.py), and processes under
+`conductor admission run` (worker/admission_run.py, run as a real process). The quota holds across
+all of them; a preemptible wrapped process loses its lease to an urgent mission and is stopped; a
+wrapper killed outright frees its capacity at the TTL; a request never admitted never runs its
+command; signals reach the command. AIWG's shared-host-scheduler.ts describes the same contract:
+one admission authority per host group for every orchestrator and provider-native loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+from temporalio.client import Client
+
+from activities.admission import set_policy_with_start
+from tests.mission_harness import mission_harness
+from tests.polling import eventually
+from tests.substrate_fixtures import substrate  # noqa: F401  (fixture)
+from worker.admission_run import EXIT_LEASE_LOST, EXIT_NOT_ADMITTED
+from worker.binaries import temporal_cli
+from worker.lease import hold
+from worker.mission_control import parse_spec
+from workflows.admission.holders import HeldRequest
+from workflows.admission.messages import AdmissionDecision, LeaseRow, PolicyChange, admission_workflow_id
+from workflows.admission.model import AdmissionPolicy, AuditEvent
+
+CONDUCTOR = [sys.executable, "-c", "from worker.cli import main; main()"]
+ONE_SLOT = AdmissionPolicy(max_concurrent=1, runtime_quotas={"host": 1}, lease_ttl_seconds=4, allow_preemption=True)
+
+
+def _env(client: Client) -> dict[str, str]:
+    env = {name: value for name, value in os.environ.items() if not name.startswith("TEMPORAL_")}
+    return {**env, "TEMPORAL_ADDRESS": client.service_client.config.target_host, "TEMPORAL_NAMESPACE": "default"}
+
+
+async def _wrapper(client: Client, host_group: str, *args: str) -> asyncio.subprocess.Process:
+    """`conductor admission run --host-group G ARGS` as a real process."""
+    return await asyncio.create_subprocess_exec(
+        *CONDUCTOR, "admission", "run", "--host-group", host_group, *args,
+        env=_env(client), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )
+
+
+async def _ended(process: asyncio.subprocess.Process, within: float = 60) -> tuple[int, str, str]:
+    out, err = await asyncio.wait_for(process.communicate(), within)
+    return process.returncode, out.decode(), err.decode()
+
+
+async def _leases(client: Client, host_group: str) -> list[LeaseRow]:
+    return await client.get_workflow_handle(admission_workflow_id(host_group)).query("leases", result_type=list[LeaseRow])
+
+
+async def _audit(client: Client, host_group: str) -> list[AuditEvent]:
+    return await client.get_workflow_handle(admission_workflow_id(host_group)).query("audit", 200, result_type=list[AuditEvent])
+
+
+async def _temporal(client: Client, *args: str) -> tuple[int, str, str]:
+    process = await asyncio.create_subprocess_exec(
+        temporal_cli(), *args, env=_env(client), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )
+    return await _ended(process)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    with open(f"/proc/{pid}/stat") as stat:  # a zombie has ended too
+        return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+
+
+async def test_a_wrapped_command_runs_under_a_lease_and_exits_with_its_status(dev_client: Client, substrate, tmp_path):
+    async with mission_harness(dev_client, substrate, tmp_path, as_in_production=True) as h:
+        host_group = f"hg-{h.suffix}"
+        await set_policy_with_start(dev_client, h.config.task_queue, host_group, PolicyChange(operator="ops", policy=ONE_SLOT))
+        wrapper = await _wrapper(dev_client, host_group, "--request-id", "w-status", "--", "sh", "-c", "echo hello; exit 3")
+        code, out, err = await _ended(wrapper)
+        assert (code, out) == (3, "hello\n"), err
+        assert "admitted: request w-status holds a lease" in err and err.count("\n") == 1, err
+        events = [(event.type, event.reason) for event in await _audit(dev_client, host_group) if event.request_id == "w-status"]
+        assert [kind for kind, _ in events] == ["queued", "admitted", "released"], events
+        assert await _leases(dev_client, host_group) == []
+
+
+async def test_missions_the_temporal_cli_and_wrapped_processes_share_one_quota(dev_client: Client, substrate, tmp_path):
+    async with mission_harness(dev_client, substrate, tmp_path, as_in_production=True) as h:
+        host_group = f"hg-{h.suffix}"
+        singleton = admission_workflow_id(host_group)
+        await set_policy_with_start(dev_client, h.config.task_queue, host_group, PolicyChange(operator="ops", policy=ONE_SLOT))
+        marker = tmp_path / "wrapped.pid"
+        victim = await _wrapper(dev_client, host_group, "--request-id", "w-victim", "--preemptible", "--grace", "2",
+                                "--", "sh", "-c", f"echo $$ > {marker}; exec sleep 300")
+
+        async def running() -> int | None:
+            return int(marker.read_text()) if marker.exists() and marker.read_text().strip() else None
+
+        command_pid = await eventually(running, "the wrapped command running", within=30)
+
+        # A TypeScript Cockpit or an operator's script: the holder updates through the `temporal` CLI.
+        acquire = {"holder": "cockpit", "request": {"request_id": "cli-1", "orchestrator_id": "cockpit"}, "wait_seconds": 1}
+        code, out, err = await _temporal(h.client, "workflow", "update", "execute", "--workflow-id", singleton,
+                                         "--name", "acquire", "--input", json.dumps(acquire), "--output", "json")
+        assert code == 0, err
+        queued = AdmissionDecision.model_validate(json.loads(out)["result"]) if "result" in json.loads(out) else None
+        assert queued is not None and queued.state == "queued" and queued.position == 1, out
+        assert len(await _leases(dev_client, host_group)) == 1  # the wrapped process holds the only slot
+
+        # An urgent mission preempts the preemptible wrapped process, which is stopped; the mission runs.
+        urgent = parse_spec(h.spec("urgent", [{"child_id": "now", "kind": "one-shot-command", "prompt": "true", "priority": 9}]))
+        ledger = await h.control.run(urgent)
+        assert ledger.parent_state == "completed"
+        code, _, err = await _ended(victim)
+        assert code == EXIT_LEASE_LOST and "lease lost (preempted by urgent-" in err, (code, err)
+        assert not _alive(command_pid)
+
+        # The CLI holder's request comes next: a long poll hears its admission, then it gives the lease back.
+        poll = {"holder": "cockpit", "request_id": "cli-1", "after_revision": queued.revision, "wait_seconds": 30}
+        decision = None
+        while decision is None or decision.state == "queued":
+            code, out, err = await _temporal(h.client, "workflow", "update", "execute", "--workflow-id", singleton,
+                                             "--name", "await_decision", "--input", json.dumps(poll), "--output", "json")
+            assert code == 0, err
+            decision = AdmissionDecision.model_validate(json.loads(out)["result"])
+            poll["after_revision"] = decision.revision
+        assert decision.state == "admitted"
+        [lease] = await _leases(dev_client, host_group)
+        assert (lease.request_id, lease.holder) == ("cli-1", "holder:cockpit")
+        code, out, err = await _temporal(h.client, "workflow", "update", "execute", "--workflow-id", singleton,
+                                         "--name", "release_lease", "--input", '{"holder": "cockpit", "request_id": "cli-1"}')
+        assert code == 0, err
+        # Someone else's request is not this holder's to touch: refused, typed.
+        code, _, err = await _temporal(h.client, "workflow", "update", "execute", "--workflow-id", singleton,
+                                       "--name", "release_lease", "--input", '{"holder": "mallory", "request_id": "w-victim"}')
+        assert code != 0 and "no such request" in err, err
+        # At no moment did more than one request hold a lease.
+        held, most = 0, 0
+        for event in await _audit(dev_client, host_group):
+            held += (event.to_state == "admitted") - (event.from_state == "admitted")
+            most = max(most, held)
+        assert most == 1
+
+
+async def test_never_admitted_never_runs_and_a_killed_wrapper_frees_its_capacity_at_the_ttl(
+    dev_client: Client, substrate, tmp_path,
+):
+    async with mission_harness(dev_client, substrate, tmp_path, as_in_production=True) as h:
+        host_group = f"hg-{h.suffix}"
+        await set_policy_with_start(dev_client, h.config.task_queue, host_group, PolicyChange(operator="ops", policy=ONE_SLOT))
+        marker = tmp_path / "holder.pid"
+        holder = await _wrapper(dev_client, host_group, "--request-id", "w-holder", "--",
+                                "sh", "-c", f"echo $$ > {marker}; exec sleep 300")
+        await eventually(lambda: _async(marker.exists() and marker.read_text().strip() != ""), "the first command running")
+        command_pid = int(marker.read_text())
+
+        # Queued behind it with a one-second queue timeout: never admitted, the command never runs.
+        never = tmp_path / "never"
+        code, _, err = await _ended(await _wrapper(dev_client, host_group, "--request-id", "w-late", "--queue-timeout", "1",
+                                                   "--", "touch", str(never)))
+        assert code == EXIT_NOT_ADMITTED and "not admitted: request w-late was timed-out" in err, (code, err)
+        assert "request w-late queued: position 1" in err and not never.exists()
+
+        # Interrupted while queued: the request is withdrawn.
+        waiting = await _wrapper(dev_client, host_group, "--request-id", "w-interrupted", "--", "touch", str(never))
+
+        async def queued() -> bool:
+            return any(event.request_id == "w-interrupted" for event in await _audit(dev_client, host_group))
+
+        await eventually(queued, "the second wrapper queued", within=30)
+        waiting.send_signal(signal.SIGINT)
+        code, _, err = await _ended(waiting)
+        assert code == 130 and "interrupted while queued" in err and not never.exists(), (code, err)
+
+        # The holder killed outright: its command dies with it, and its lease ends at the TTL.
+        started = asyncio.get_running_loop().time()
+        holder.kill()
+        await holder.wait()
+        after = await _wrapper(dev_client, host_group, "--request-id", "w-after", "--", "true")
+        code, _, err = await _ended(after)
+        waited = asyncio.get_running_loop().time() - started
+        assert code == 0, err
+        assert waited < ONE_SLOT.lease_ttl_seconds + 6, waited
+        assert not _alive(command_pid)
+        ended = [event for event in await _audit(dev_client, host_group) if event.request_id == "w-holder"]
+        assert ended[-1].to_state == "cancelled" and "not requeued" in ended[-1].reason, ended
+
+
+async def test_signals_reach_the_wrapped_command_and_python_code_holds_leases_with_async_with(
+    dev_client: Client, substrate, tmp_path,
+):
+    async with mission_harness(dev_client, substrate, tmp_path, as_in_production=True) as h:
+        host_group = f"hg-{h.suffix}"
+        await set_policy_with_start(dev_client, h.config.task_queue, host_group, PolicyChange(operator="ops", policy=ONE_SLOT))
+        ready = tmp_path / "ready"
+        wrapper = await _wrapper(dev_client, host_group, "--request-id", "w-term", "--",
+                                 "sh", "-c", f"trap 'exit 7' TERM; touch {ready}; while :; do sleep 0.1; done")
+        await eventually(lambda: _async(ready.exists()), "the command trapping SIGTERM")
+        wrapper.send_signal(signal.SIGTERM)
+        code, _, err = await _ended(wrapper)
+        assert code == 7, err
+
+        # The same API from Python code that is not a workflow.
+        request = HeldRequest(request_id="py-1", orchestrator_id="python")
+        async with hold(dev_client, host_group, request, holder="python@tests") as lease:
+            assert lease.decision.state == "admitted" and not lease.lost.is_set()
+            [row] = await _leases(dev_client, host_group)
+            assert row.holder == "holder:python@tests"
+            await asyncio.sleep(ONE_SLOT.lease_ttl_seconds * 1.5)  # renewed meanwhile: still held
+            assert not lease.lost.is_set() and lease.decision.lease_revision >= 2
+        assert await _leases(dev_client, host_group) == []
+
+
+async def test_aging_lets_an_old_wrapped_request_past_newer_urgent_missions(dev_client: Client, substrate, tmp_path):
+    aging = ONE_SLOT.model_copy(update={"aging_interval_seconds": 0.25, "allow_preemption": False})
+    async with mission_harness(dev_client, substrate, tmp_path, as_in_production=True) as h:
+        host_group = f"hg-{h.suffix}"
+        await set_policy_with_start(dev_client, h.config.task_queue, host_group, PolicyChange(operator="ops", policy=aging))
+        async with hold(dev_client, host_group, HeldRequest(request_id="blocker", orchestrator_id="ops"), holder="ops"):
+            old = await _wrapper(dev_client, host_group, "--request-id", "w-old", "--", "true")
+
+            async def queued() -> bool:
+                return any(event.request_id == "w-old" for event in await _audit(dev_client, host_group))
+
+            await eventually(queued, "the wrapped request queued", within=30)
+            await asyncio.sleep(3)  # twelve aging steps: effective priority 12
+            newer = parse_spec(h.spec("newer", [{"child_id": "c", "kind": "one-shot-command", "prompt": "true", "priority": 5}]))
+            await h.control.start(newer)
+
+            async def mission_queued() -> bool:
+                return any(event.request_id == f"{newer.mission_id}:c" for event in await _audit(dev_client, host_group))
+
+            await eventually(mission_queued, "the newer mission's request queued", within=30)
+        assert (await _ended(old))[0] == 0
+        await h.control.wait_for_verdict(newer.mission_id)
+        admitted = [event.request_id for event in await _audit(dev_client, host_group) if event.type == "admitted"]
+        assert admitted.index("w-old") < admitted.index(f"{newer.mission_id}:c"), admitted
+
+
+async def _async(value: bool) -> bool:
+    return value
+
+
+def test_the_wrapper_refuses_a_missing_command_in_one_line(capsys):
+    from tests.cli_support import conductor_now
+
+    result = conductor_now(capsys, "admission", "run", "--host-group", "default")
+    assert result.code == 2 and "needs a command after --" in result.line

@@ -1,0 +1,159 @@
+"""`conductor admission run ... -- COMMAND`: run a process only under an admitted lease.
+
+In the spirit of `flock(1)` and Slurm's `srun`, for provider-native agent loops and scripts on a
+shared host (AIWG: "provider ownership of an interactive loop does not bypass shared-host quotas").
+It asks the host group's admission singleton for a lease (`worker.lease`), says on stderr where it
+waits, starts the command once admitted, renews while it runs, gives the lease back when it ends and
+exits with its status. The command runs in a process group of its own, in the terminal's
+foreground when there is one, so a stop reaches everything it started.
+
+Exit statuses (besides the command's own, 128+N when a signal N ended it):
+
+| status | when |
+|---|---|
+| 69 | never admitted: denied, or timed out in the queue; the command never ran |
+| 75 | the lease was lost while the command ran (preempted, displaced, expired, revoked): the command was stopped |
+| 130 / 143 | interrupted (SIGINT / SIGTERM) while queued: the request was withdrawn, the command never ran |
+| 1 | Temporal or the host group cannot be reached |
+| 2 | a bad option, or a host group that does not exist |
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ctypes
+import os
+import signal
+import sys
+from collections.abc import Sequence
+
+from temporalio.client import Client
+
+from worker.lease import HeldLease, NotAdmitted, acquire, kept
+from workflows.admission.holders import HeldRequest
+from workflows.admission.messages import AdmissionDecision
+
+EXIT_NOT_ADMITTED = 69  # EX_UNAVAILABLE
+EXIT_LEASE_LOST = 75  # EX_TEMPFAIL: worth trying again
+FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+PROG = "conductor admission run"
+PR_SET_PDEATHSIG = 1  # prctl(2)
+
+
+def say(line: str) -> None:
+    print(f"{PROG}: {line}", file=sys.stderr, flush=True)
+
+
+def queued_line(decision: AdmissionDecision) -> str:
+    place = f"position {decision.position}" if decision.position is not None else "queued"
+    waits = f", waiting on {decision.binding_constraint}" if decision.binding_constraint else ""
+    return f"request {decision.request_id} queued: {place}{waits}"
+
+
+async def run_command(
+    client: Client, host_group: str, request: HeldRequest, command: Sequence[str], *, holder: str, grace_seconds: float,
+) -> int:
+    loop = asyncio.get_running_loop()
+    interrupted: list[int] = []
+    withdraw = asyncio.Event()
+
+    def interrupt_wait(signum: int) -> None:
+        interrupted.append(signum)
+        withdraw.set()
+
+    for signum in FORWARDED:
+        loop.add_signal_handler(signum, interrupt_wait, signum)
+    try:
+        lease = await acquire(
+            client, host_group, request, holder=holder, on_queued=lambda d: say(queued_line(d)), withdraw=withdraw,
+        )
+    except NotAdmitted as refused:
+        if interrupted:
+            say(f"interrupted while queued: request {request.request_id} withdrawn; the command did not run")
+            return 128 + interrupted[0]
+        say(f"not admitted: {refused}; the command did not run")
+        return EXIT_NOT_ADMITTED
+    finally:
+        for signum in FORWARDED:
+            loop.remove_signal_handler(signum)
+    say(f"admitted: request {request.request_id} holds a lease on host group {host_group} "
+        f"(revision {lease.decision.lease_revision}); running {command[0]}")
+    async with kept(lease):
+        return await _run_under(lease, command, grace_seconds)
+
+
+async def _run_under(lease: HeldLease, command: Sequence[str], grace_seconds: float) -> int:
+    loop = asyncio.get_running_loop()
+    try:
+        process = await asyncio.create_subprocess_exec(*command, process_group=0, preexec_fn=_die_with_wrapper)
+    except OSError as error:
+        say(f"cannot run {command[0]}: {error.strerror or error}")
+        return 127 if isinstance(error, FileNotFoundError) else 126
+    with _foreground(process.pid):
+        for signum in FORWARDED:
+            loop.add_signal_handler(signum, _forward, process, signum)
+        ended = asyncio.ensure_future(process.wait())
+        lost = asyncio.ensure_future(lease.lost.wait())
+        try:
+            await asyncio.wait({ended, lost}, return_when=asyncio.FIRST_COMPLETED)
+            if not ended.done():
+                say(f"lease lost ({lease.lost_reason}); stopping the command (SIGTERM, SIGKILL after {grace_seconds:g} s)")
+                await _stop(process, grace_seconds)
+                return EXIT_LEASE_LOST
+        finally:
+            lost.cancel()
+            for signum in FORWARDED:
+                loop.remove_signal_handler(signum)
+    status = process.returncode or 0
+    return 128 - status if status < 0 else status
+
+
+def _die_with_wrapper() -> None:
+    """In the child before exec: a wrapper killed outright (SIGKILL) takes its command with it, so
+    the lease that then expires at its TTL was not guarding a process still running (Linux)."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+def _forward(process: asyncio.subprocess.Process, signum: int) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signum)
+
+
+async def _stop(process: asyncio.subprocess.Process, grace_seconds: float) -> None:
+    _forward(process, signal.SIGTERM)
+    try:
+        await asyncio.wait_for(process.wait(), grace_seconds)
+    except asyncio.TimeoutError:
+        _forward(process, signal.SIGKILL)
+        await process.wait()
+    with contextlib.suppress(ProcessLookupError):  # what the command left behind in its group
+        os.killpg(process.pid, signal.SIGKILL)
+
+
+@contextlib.contextmanager
+def _foreground(pgid: int):
+    """Give the terminal to the command's process group while it runs (an interactive agent loop
+    reads it, and Ctrl-C reaches it), and take it back after; nothing without a terminal."""
+    try:
+        fd = os.open("/dev/tty", os.O_RDWR)
+    except OSError:
+        yield
+        return
+    previous = signal.signal(signal.SIGTTOU, signal.SIG_IGN)
+    try:
+        mine = os.tcgetpgrp(fd)
+        os.tcsetpgrp(fd, pgid)
+    except OSError:
+        signal.signal(signal.SIGTTOU, previous)
+        os.close(fd)
+        yield
+        return
+    try:
+        yield
+    finally:
+        with contextlib.suppress(OSError):
+            os.tcsetpgrp(fd, mine)
+        signal.signal(signal.SIGTTOU, previous)
+        os.close(fd)
