@@ -74,7 +74,7 @@ async def wrapper_latency(client, runs: int, scratch: Path) -> None:
         began = time.perf_counter()
         lease = await acquire(client, HOST_GROUP, HeldRequest(request_id=f"lat-{i}", orchestrator_id="bench"), holder="bench")
         updates.append(time.perf_counter() - began)
-        await lease._give_back()
+        await lease.give_back()
     base = statistics.median(direct)
     print(f"wrapper latency over {runs} runs (spawn to the command running):")
     print(f"  direct sh -c (baseline):        median {base * 1000:7.1f} ms, p99 {percentile(direct, 0.99) * 1000:7.1f} ms")

@@ -208,15 +208,18 @@ async def test_signals_reach_the_wrapped_command_and_python_code_holds_leases_wi
         code, _, err = await _ended(wrapper)
         assert code == 7, err
 
-        # The same API from Python code that is not a workflow.
+        # The same API from Python code that is not a workflow, on a host group of short leases.
+        brief = f"brief-{h.suffix}"
+        policy = ONE_SLOT.model_copy(update={"lease_ttl_seconds": 1.5})
+        await set_policy_with_start(dev_client, h.config.task_queue, brief, PolicyChange(operator="ops", policy=policy))
         request = HeldRequest(request_id="py-1", orchestrator_id="python")
-        async with hold(dev_client, host_group, request, holder="python@tests") as lease:
+        async with hold(dev_client, brief, request, holder="python@tests") as lease:
             assert lease.decision.state == "admitted" and not lease.lost.is_set()
-            [row] = await _leases(dev_client, host_group)
+            [row] = await _leases(dev_client, brief)
             assert row.holder == "holder:python@tests"
-            await asyncio.sleep(ONE_SLOT.lease_ttl_seconds * 1.5)  # renewed meanwhile: still held
-            assert not lease.lost.is_set() and lease.decision.lease_revision >= 2
-        assert await _leases(dev_client, host_group) == []
+            await asyncio.sleep(policy.lease_ttl_seconds * 2)  # renewed meanwhile: still held
+            assert not lease.lost.is_set() and lease.decision.lease_revision >= 3
+        assert await _leases(dev_client, brief) == []
 
 
 async def test_aging_lets_an_old_wrapped_request_past_newer_urgent_missions(dev_client: Client, substrate, tmp_path):

@@ -275,7 +275,7 @@ def _node_missing() -> str | None:
     return f"{' and '.join(missing)} not installed (.ci/run installs Node.js on CI)" if missing else None
 
 
-async def test_the_typescript_example_runs_reviews_stops_and_cancels_missions(dev_client: Client, substrate, tmp_path):
+async def test_the_typescript_examples_drive_missions_and_hold_a_lease(dev_client: Client, substrate, tmp_path):
     missing = _node_missing()
     if missing is not None:
         if os.environ.get("CONDUCTOR_REQUIRE_NODE_TESTS"):
@@ -295,6 +295,12 @@ async def test_the_typescript_example_runs_reviews_stops_and_cancels_missions(de
         lines = out.splitlines()
         assert [line.split(":")[0] for line in lines] == ["run", "query", "review", "stop", "cancel", "mistake"], out
         assert "spec.aggregation.quorum.minimum_successes: Field required" in lines[-1]
+
+        # A holder that is not a workflow (docs/admission-api.md): acquire, renew, release.
+        code, out, err = await _run("node", "dist/lease.js", env={**env, "REQUEST_ID": f"ts-lease-{h.suffix}"}, cwd=TYPESCRIPT)
+        assert code == 0, out + err
+        assert [line.split(":")[0] for line in out.splitlines()] == ["admitted", "renewed", "released"], out
+        assert out.splitlines()[-1] == "released: released"
 
 
 async def test_a_worker_on_a_namespace_without_the_search_attributes_exits_in_one_line_before_polling(

@@ -29,6 +29,8 @@ from workflows.admission.messages import AdmissionDecision, admission_workflow_i
 
 RETRY_SECONDS = 2.0  # between attempts when the server cannot be reached
 RELEASE_SECONDS = 10.0  # how long giving a lease back may take when the block ends
+HANDING_OVER = "HandingOver"  # the singleton refuses new holder updates while it continues as new
+HANDOVER_RETRY_SECONDS = 0.2
 
 
 class NotAdmitted(RuntimeError):
@@ -65,7 +67,14 @@ class HeldLease:
         self.lost.set()
 
     async def _update(self, name: str, message: object) -> AdmissionDecision:
-        return await self._handle.execute_update(name, message, result_type=AdmissionDecision)
+        """One holder update; sent again while the singleton hands over to its next run."""
+        while True:
+            try:
+                return await self._handle.execute_update(name, message, result_type=AdmissionDecision)
+            except WorkflowUpdateFailedError as error:
+                if getattr(error.cause, "type", None) != HANDING_OVER:
+                    raise
+            await asyncio.sleep(HANDOVER_RETRY_SECONDS)
 
     async def _keep_renewed(self) -> None:
         while not self.lost.is_set():
@@ -101,7 +110,8 @@ class HeldLease:
             except RPCError:
                 await asyncio.sleep(RETRY_SECONDS)
 
-    async def _give_back(self) -> None:
+    async def give_back(self) -> None:
+        """Release the lease (or withdraw the request still queued); quietly, at most RELEASE_SECONDS."""
         if self.decision.state not in ("admitted", "queued"):
             return
         name = "release_lease" if self.decision.state == "admitted" else "cancel_request"
@@ -144,12 +154,15 @@ async def acquire(
                 stop.cancel()
                 if withdraw.is_set():
                     withdrawn = True
-                    await lease._give_back()
+                    await lease.give_back()
             decision = await poll
     except BaseException:
-        await asyncio.shield(lease._give_back())
+        await asyncio.shield(lease.give_back())
         raise
     lease.decision = decision
+    if withdraw.is_set() and decision.state == "admitted":  # admitted as it was withdrawn: give it back
+        await asyncio.shield(lease.give_back())
+        decision = decision.model_copy(update={"state": "cancelled", "reason": "withdrawn by its holder"})
     if decision.state != "admitted":
         raise NotAdmitted(decision)
     return lease
@@ -180,7 +193,7 @@ async def kept(lease: HeldLease) -> AsyncIterator[HeldLease]:
     finally:
         renewer.cancel()
         await asyncio.gather(renewer, return_exceptions=True)
-        await asyncio.shield(lease._give_back())
+        await asyncio.shield(lease.give_back())
         with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(asyncio.shield(watcher), RELEASE_SECONDS)
         watcher.cancel()

@@ -62,7 +62,7 @@ class Refusal(BaseModel):
 
 
 def argument(args: Sequence[Any], rule: type[Model] | TypeAdapter[Model], what: str, *, hint: str = "") -> Model:
-    """The one argument `args` must hold, validated by `rule` (a model or a TypeAdapter); Refused
+    """The one argument `args` must hold, validated by `rule` (a pydantic model or a TypeAdapter); Refused
     otherwise. `what` names it in the message ("MissionWorkflow's input"), `hint` says where its
     shape is published."""
     if len(args) != 1:
@@ -92,15 +92,12 @@ def refused_start(error: Refused, workflow_type: str) -> ApplicationError:
 def _validate(value: Any, rule: type[Model] | TypeAdapter[Model], what: str, hint: str) -> Model:
     if isinstance(value, RawValue):
         raise Refused(f"{what} {_unreadable(value)}{_see(hint)}")
-    adapter = rule if isinstance(rule, TypeAdapter) else None
+    if isinstance(rule, type) and issubclass(rule, BaseModel) and not isinstance(value, dict):
+        raise Refused(f"{what} must be a JSON object, not {_json_kind(value)}{_see(hint)}")
     try:
-        if adapter is not None:
-            return adapter.validate_python(value)
-        if isinstance(rule, type) and issubclass(rule, BaseModel):
-            if not isinstance(value, dict):
-                raise Refused(f"{what} must be a JSON object, not {_json_kind(value)}{_see(hint)}")
-            return rule.model_validate(value)  # type: ignore[return-value]
-        return TypeAdapter(rule).validate_python(value)
+        if isinstance(rule, TypeAdapter):
+            return rule.validate_python(value)
+        return rule.model_validate(value)  # type: ignore[union-attr]
     except ValidationError as error:
         raise Refused(f"{what} is not valid: {describe(error)}{_see(hint)}") from None
 

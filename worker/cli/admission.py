@@ -73,8 +73,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     queue.set_defaults(func=_live(run_queue))
 
     leases = _live_parser(commands, "leases", "admitted requests and their leases",
-                          "Request, holder workflow, placement, lease revision and time until the lease expires "
-                          "unless renewed.")
+                          "Request, holder (the requester workflow, or holder:<name> for a client that is not a "
+                          "workflow: docs/admission-api.md), placement, lease revision and time until the lease "
+                          "expires unless renewed.")
     leases.set_defaults(func=_live(run_leases))
 
     usage = _live_parser(commands, "usage", "every limit: used / maximum",

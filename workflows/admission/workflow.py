@@ -97,6 +97,7 @@ CARRY_AT_MOST = 100
 # How long a holder's update waits for the pass that applies it (the loop decides as soon as the
 # inbox has anything; a pass takes milliseconds): beyond it, the answer is what the records say.
 HOLDER_FIRST_ANSWER_SECONDS = 10.0
+HANDING_OVER = "HandingOver"  # a holder update refused while the run hands over: send it again
 HOLDER_EXPIRED = "the holder's lease expired unrenewed; a holder is not requeued (it has stopped what the lease was for)"  # inbox items a continue-as-new carries without one more decision pass first
 
 
@@ -299,6 +300,11 @@ class AdmissionWorkflow:
     def _holder_call_allowed(self, args: tuple[Any, ...], model: Any, name: str) -> None:
         argument(args, model, f"the {name} update's argument", hint=SCHEMA_HINT)
         self._require_restored()
+        if self._ending:
+            raise ApplicationError(
+                f"host group {self._input.host_group} is handing over to its next run; send {name} again in a moment",
+                type=HANDING_OVER,
+            )
 
     async def _holder_change(self, holder: str, request_id: str, item: InboxItem) -> AdmissionDecision:
         """Apply a holder's renewal, release or cancellation in the next pass; answer its decision."""
@@ -448,7 +454,11 @@ class AdmissionWorkflow:
                     # rather than carry it all; what arrives after that is carried.
                     self._handing_over = True
                     continue
+                # Holders' updates wait in this run: what they sent is decided here, in one last pass,
+                # and any other wait is answered now; new ones are refused until the next run takes over.
                 self._ending = True
+                if any(is_holder(_requester_of(item)) for item in self._inbox):
+                    continue  # the next pass decides them, then this run hands over
                 await workflow.wait_condition(workflow.all_handlers_finished)
                 workflow.continue_as_new(self._carry())
 
@@ -847,3 +857,9 @@ def carried_state(
         recent_audit_packed=codec.pack_json([event.model_dump(mode="json") for event in recent_audit]) if recent_audit else None,
         audit_chain=audit_chain,
     )
+
+
+def _requester_of(item: InboxItem) -> str:
+    """Who sent an inbox item ("" for an operator's policy change)."""
+    batch = item.submit or item.renew or item.release or item.cancel
+    return batch.requester if batch is not None else ""
