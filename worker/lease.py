@@ -21,7 +21,7 @@ import contextlib
 from collections.abc import AsyncIterator, Callable
 from datetime import datetime, timezone
 
-from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
+from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError, WorkflowUpdateRPCTimeoutOrCancelledError
 from temporalio.service import RPCError
 
 from workflows.admission.holders import Acquire, AwaitDecision, GiveBack, HeldRequest, RenewLease
@@ -67,14 +67,25 @@ class HeldLease:
         self.lost.set()
 
     async def _update(self, name: str, message: object) -> AdmissionDecision:
-        """One holder update; sent again while the singleton hands over to its next run."""
+        """One holder update; sent again while the singleton hands over to its next run, and (all
+        but a renewal, which is fenced) when its call timed out: an update the server aborted as the
+        run continued as new, say. A repeat of those is the same request: acquiring, polling,
+        releasing or withdrawing twice changes nothing more."""
         while True:
             try:
                 return await self._handle.execute_update(name, message, result_type=AdmissionDecision)
             except WorkflowUpdateFailedError as error:
                 if getattr(error.cause, "type", None) != HANDING_OVER:
                     raise
+            except WorkflowUpdateRPCTimeoutOrCancelledError:
+                if name == "renew_lease" or asyncio.current_task().cancelling():  # type: ignore[union-attr]
+                    raise
             await asyncio.sleep(HANDOVER_RETRY_SECONDS)
+
+    async def _current(self) -> AdmissionDecision:
+        return await self._update("await_decision", AwaitDecision(
+            holder=self.holder, request_id=self.request_id, after_revision=0, wait_seconds=0,
+        ))
 
     async def _keep_renewed(self) -> None:
         while not self.lost.is_set():
@@ -86,17 +97,16 @@ class HeldLease:
                 renewed = await self._update("renew_lease", RenewLease(
                     holder=self.holder, request_id=self.request_id, lease_revision=self.decision.lease_revision,
                 ))
+                if renewed.error_code is not None:  # fenced out: a renewal that did land, or the lease is gone
+                    renewed = await self._current()
             except WorkflowUpdateFailedError as error:
                 self._lose(f"the renewal was refused: {getattr(error.cause, 'message', error.cause)}")
                 return
-            except RPCError as error:  # unreachable for now: try again while the lease lasts
+            except (RPCError, WorkflowUpdateRPCTimeoutOrCancelledError) as error:  # try again while the lease lasts
                 if _expired(self.decision):
-                    self._lose(f"the lease expired while the server could not be reached ({error.message})")
+                    self._lose(f"the lease expired while the server could not be reached ({error})")
                     return
                 continue
-            if renewed.error_code is not None:
-                self._lose(f"the renewal was refused: {renewed.reason}")
-                return
             self._learn(renewed)
 
     async def _watch(self) -> None:
