@@ -21,6 +21,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from activities.visibility import literal, quotable, runs_of
 from activities.workflow_status import running_workflow_ids
 from workflows.admission.messages import (
+    ADMISSION_WORKFLOW,
     BETWEEN_RESTORE_SLICES,
     FIND_GONE_REQUESTERS,
     REQUESTERS_QUERY,
@@ -34,7 +35,6 @@ from workflows.admission.messages import (
 from workflows.admission.model import AdmissionPolicy
 from workflows.mission.search import MISSION_HOST_GROUP
 
-ADMISSION_WORKFLOW = "AdmissionWorkflow"
 
 
 @activity.defn(name=BETWEEN_RESTORE_SLICES)

@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import re
+import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -59,3 +62,30 @@ def without_profiles(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, *also_unse
     for name in ("TEMPORAL_PROFILE", "TEMPORAL_API_KEY", "TEMPORAL_TLS", *also_unset):
         monkeypatch.delenv(name, raising=False)
     return profile_file
+
+
+def conductor_command() -> list[str]:
+    """`conductor` as a process of its own: the installed script, else this interpreter."""
+    script = Path(sys.executable).parent / "conductor"
+    return [str(script)] if script.exists() else [sys.executable, "-c", "from worker.cli import main; main()"]
+
+
+def environment_for(address: str, **extra: str) -> dict[str, str]:
+    """This process's environment pointed at the Temporal server at `address` (namespace default),
+    without any TEMPORAL_* setting of whoever runs the tests."""
+    env = {name: value for name, value in os.environ.items() if not name.startswith("TEMPORAL_")}
+    return {**env, "TEMPORAL_ADDRESS": address, "TEMPORAL_NAMESPACE": "default", **extra}
+
+
+async def run_process(*command: str, env: dict[str, str], cwd: Path | None = None, timeout: float = 120) -> tuple[int, str, str]:
+    """A process run beside the test's worker (on the same event loop, so never blocking it): its
+    exit status, standard output and standard error."""
+    process = await asyncio.create_subprocess_exec(
+        *command, env=env, cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )
+    return await ended(process, timeout)
+
+
+async def ended(process: asyncio.subprocess.Process, timeout: float = 60) -> tuple[int, str, str]:
+    out, err = await asyncio.wait_for(process.communicate(), timeout)
+    return process.returncode or 0, out.decode(), err.decode()

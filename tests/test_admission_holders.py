@@ -13,15 +13,15 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import signal
 import subprocess
-import sys
 from pathlib import Path
 
 from temporalio.client import Client
 
 from activities.admission import set_policy_with_start
+from substrate.procs import alive
+from tests.cli_support import conductor_command, conductor_now, ended, environment_for, run_process
 from tests.mission_harness import mission_harness
 from tests.polling import eventually
 from tests.substrate_fixtures import substrate  # noqa: F401  (fixture)
@@ -33,26 +33,26 @@ from workflows.admission.holders import HeldRequest
 from workflows.admission.messages import AdmissionDecision, LeaseRow, PolicyChange, admission_workflow_id
 from workflows.admission.model import AdmissionPolicy, AuditEvent
 
-CONDUCTOR = [sys.executable, "-c", "from worker.cli import main; main()"]
 ONE_SLOT = AdmissionPolicy(max_concurrent=1, runtime_quotas={"host": 1}, lease_ttl_seconds=4, allow_preemption=True)
 
 
 def _env(client: Client) -> dict[str, str]:
-    env = {name: value for name, value in os.environ.items() if not name.startswith("TEMPORAL_")}
-    return {**env, "TEMPORAL_ADDRESS": client.service_client.config.target_host, "TEMPORAL_NAMESPACE": "default"}
+    return environment_for(client.service_client.config.target_host)
+
+
+async def _host_group(client: Client, h, name: str | None = None, policy: AdmissionPolicy = ONE_SLOT) -> str:
+    """A host group of this test's, started with `policy` as an operator would."""
+    host_group = name or f"hg-{h.suffix}"
+    await set_policy_with_start(client, h.config.task_queue, host_group, PolicyChange(operator="ops", policy=policy))
+    return host_group
 
 
 async def _wrapper(client: Client, host_group: str, *args: str) -> asyncio.subprocess.Process:
     """`conductor admission run --host-group G ARGS` as a real process."""
     return await asyncio.create_subprocess_exec(
-        *CONDUCTOR, "admission", "run", "--host-group", host_group, *args,
+        *conductor_command(), "admission", "run", "--host-group", host_group, *args,
         env=_env(client), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
     )
-
-
-async def _ended(process: asyncio.subprocess.Process, within: float = 60) -> tuple[int, str, str]:
-    out, err = await asyncio.wait_for(process.communicate(), within)
-    return process.returncode, out.decode(), err.decode()
 
 
 async def _leases(client: Client, host_group: str) -> list[LeaseRow]:
@@ -63,28 +63,31 @@ async def _audit(client: Client, host_group: str) -> list[AuditEvent]:
     return await client.get_workflow_handle(admission_workflow_id(host_group)).query("audit", 200, result_type=list[AuditEvent])
 
 
+async def _until_audited(client: Client, host_group: str, request_id: str) -> None:
+    """Until the singleton has recorded `request_id` (queued, at least)."""
+    async def seen() -> bool:
+        return any(event.request_id == request_id for event in await _audit(client, host_group))
+
+    await eventually(seen, f"request {request_id} recorded", within=30)
+
+
+async def _until_written(path: Path) -> str:
+    """What a wrapped command wrote into `path` once it runs."""
+    async def written() -> str | None:
+        return (path.read_text().strip() or None) if path.exists() else None
+
+    return await eventually(written, f"the wrapped command writing {path.name}", within=30)
+
+
 async def _temporal(client: Client, *args: str) -> tuple[int, str, str]:
-    process = await asyncio.create_subprocess_exec(
-        temporal_cli(), *args, env=_env(client), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-    )
-    return await _ended(process)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    with open(f"/proc/{pid}/stat") as stat:  # a zombie has ended too
-        return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    return await run_process(temporal_cli(), *args, env=_env(client))
 
 
 async def test_a_wrapped_command_runs_under_a_lease_and_exits_with_its_status(dev_client: Client, substrate, tmp_path):
     async with mission_harness(dev_client, substrate, tmp_path, as_in_production=True) as h:
-        host_group = f"hg-{h.suffix}"
-        await set_policy_with_start(dev_client, h.config.task_queue, host_group, PolicyChange(operator="ops", policy=ONE_SLOT))
+        host_group = await _host_group(dev_client, h)
         wrapper = await _wrapper(dev_client, host_group, "--request-id", "w-status", "--", "sh", "-c", "echo hello; exit 3")
-        code, out, err = await _ended(wrapper)
+        code, out, err = await ended(wrapper)
         assert (code, out) == (3, "hello\n"), err
         assert "admitted: request w-status holds a lease" in err and err.count("\n") == 1, err
         events = [(event.type, event.reason) for event in await _audit(dev_client, host_group) if event.request_id == "w-status"]
@@ -101,10 +104,7 @@ async def test_missions_the_temporal_cli_and_wrapped_processes_share_one_quota(d
         victim = await _wrapper(dev_client, host_group, "--request-id", "w-victim", "--preemptible", "--grace", "2",
                                 "--", "sh", "-c", f"echo $$ > {marker}; exec sleep 300")
 
-        async def running() -> int | None:
-            return int(marker.read_text()) if marker.exists() and marker.read_text().strip() else None
-
-        command_pid = await eventually(running, "the wrapped command running", within=30)
+        command_pid = int(await _until_written(marker))
 
         # A TypeScript Cockpit or an operator's script: the holder updates through the `temporal` CLI.
         acquire = {"holder": "cockpit", "request": {"request_id": "cli-1", "orchestrator_id": "cockpit"}, "wait_seconds": 1}
@@ -119,9 +119,9 @@ async def test_missions_the_temporal_cli_and_wrapped_processes_share_one_quota(d
         urgent = parse_spec(h.spec("urgent", [{"child_id": "now", "kind": "one-shot-command", "prompt": "true", "priority": 9}]))
         ledger = await h.control.run(urgent)
         assert ledger.parent_state == "completed"
-        code, _, err = await _ended(victim)
+        code, _, err = await ended(victim)
         assert code == EXIT_LEASE_LOST and "lease lost (preempted by urgent-" in err, (code, err)
-        assert not _alive(command_pid)
+        assert not alive(command_pid)
 
         # The CLI holder's request comes next: a long poll hears its admission, then it gives the lease back.
         poll = {"holder": "cockpit", "request_id": "cli-1", "after_revision": queued.revision, "wait_seconds": 30}
@@ -154,30 +154,24 @@ async def test_never_admitted_never_runs_and_a_killed_wrapper_frees_its_capacity
     dev_client: Client, substrate, tmp_path,
 ):
     async with mission_harness(dev_client, substrate, tmp_path, as_in_production=True) as h:
-        host_group = f"hg-{h.suffix}"
-        await set_policy_with_start(dev_client, h.config.task_queue, host_group, PolicyChange(operator="ops", policy=ONE_SLOT))
+        host_group = await _host_group(dev_client, h)
         marker = tmp_path / "holder.pid"
         holder = await _wrapper(dev_client, host_group, "--request-id", "w-holder", "--",
                                 "sh", "-c", f"echo $$ > {marker}; exec sleep 300")
-        await eventually(lambda: _async(marker.exists() and marker.read_text().strip() != ""), "the first command running")
-        command_pid = int(marker.read_text())
+        command_pid = int(await _until_written(marker))
 
         # Queued behind it with a one-second queue timeout: never admitted, the command never runs.
         never = tmp_path / "never"
-        code, _, err = await _ended(await _wrapper(dev_client, host_group, "--request-id", "w-late", "--queue-timeout", "1",
+        code, _, err = await ended(await _wrapper(dev_client, host_group, "--request-id", "w-late", "--queue-timeout", "1",
                                                    "--", "touch", str(never)))
         assert code == EXIT_NOT_ADMITTED and "not admitted: request w-late was timed-out" in err, (code, err)
         assert "request w-late queued: position 1" in err and not never.exists()
 
         # Interrupted while queued: the request is withdrawn.
         waiting = await _wrapper(dev_client, host_group, "--request-id", "w-interrupted", "--", "touch", str(never))
-
-        async def queued() -> bool:
-            return any(event.request_id == "w-interrupted" for event in await _audit(dev_client, host_group))
-
-        await eventually(queued, "the second wrapper queued", within=30)
+        await _until_audited(dev_client, host_group, "w-interrupted")
         waiting.send_signal(signal.SIGINT)
-        code, _, err = await _ended(waiting)
+        code, _, err = await ended(waiting)
         assert code == 130 and "interrupted while queued" in err and not never.exists(), (code, err)
 
         # The holder killed outright: its command dies with it, and its lease ends at the TTL.
@@ -185,33 +179,31 @@ async def test_never_admitted_never_runs_and_a_killed_wrapper_frees_its_capacity
         holder.kill()
         await holder.wait()
         after = await _wrapper(dev_client, host_group, "--request-id", "w-after", "--", "true")
-        code, _, err = await _ended(after)
+        code, _, err = await ended(after)
         waited = asyncio.get_running_loop().time() - started
         assert code == 0, err
         assert waited < ONE_SLOT.lease_ttl_seconds + 6, waited
-        assert not _alive(command_pid)
-        ended = [event for event in await _audit(dev_client, host_group) if event.request_id == "w-holder"]
-        assert ended[-1].to_state == "cancelled" and "not requeued" in ended[-1].reason, ended
+        assert not alive(command_pid)
+        trail = [event for event in await _audit(dev_client, host_group) if event.request_id == "w-holder"]
+        assert trail[-1].to_state == "cancelled" and "not requeued" in trail[-1].reason, trail
 
 
 async def test_signals_reach_the_wrapped_command_and_python_code_holds_leases_with_async_with(
     dev_client: Client, substrate, tmp_path,
 ):
     async with mission_harness(dev_client, substrate, tmp_path, as_in_production=True) as h:
-        host_group = f"hg-{h.suffix}"
-        await set_policy_with_start(dev_client, h.config.task_queue, host_group, PolicyChange(operator="ops", policy=ONE_SLOT))
+        host_group = await _host_group(dev_client, h)
         ready = tmp_path / "ready"
         wrapper = await _wrapper(dev_client, host_group, "--request-id", "w-term", "--",
-                                 "sh", "-c", f"trap 'exit 7' TERM; touch {ready}; while :; do sleep 0.1; done")
-        await eventually(lambda: _async(ready.exists()), "the command trapping SIGTERM")
+                                 "sh", "-c", f"trap 'exit 7' TERM; echo trapped > {ready}; while :; do sleep 0.1; done")
+        await _until_written(ready)
         wrapper.send_signal(signal.SIGTERM)
-        code, _, err = await _ended(wrapper)
+        code, _, err = await ended(wrapper)
         assert code == 7, err
 
         # The same API from Python code that is not a workflow, on a host group of short leases.
-        brief = f"brief-{h.suffix}"
         policy = ONE_SLOT.model_copy(update={"lease_ttl_seconds": 1.5})
-        await set_policy_with_start(dev_client, h.config.task_queue, brief, PolicyChange(operator="ops", policy=policy))
+        brief = await _host_group(dev_client, h, f"brief-{h.suffix}", policy)
         request = HeldRequest(request_id="py-1", orchestrator_id="python")
         async with hold(dev_client, brief, request, holder="python@tests") as lease:
             assert lease.decision.state == "admitted" and not lease.lost.is_set()
@@ -225,35 +217,20 @@ async def test_signals_reach_the_wrapped_command_and_python_code_holds_leases_wi
 async def test_aging_lets_an_old_wrapped_request_past_newer_urgent_missions(dev_client: Client, substrate, tmp_path):
     aging = ONE_SLOT.model_copy(update={"aging_interval_seconds": 0.25, "allow_preemption": False})
     async with mission_harness(dev_client, substrate, tmp_path, as_in_production=True) as h:
-        host_group = f"hg-{h.suffix}"
-        await set_policy_with_start(dev_client, h.config.task_queue, host_group, PolicyChange(operator="ops", policy=aging))
+        host_group = await _host_group(dev_client, h, policy=aging)
         async with hold(dev_client, host_group, HeldRequest(request_id="blocker", orchestrator_id="ops"), holder="ops"):
             old = await _wrapper(dev_client, host_group, "--request-id", "w-old", "--", "true")
-
-            async def queued() -> bool:
-                return any(event.request_id == "w-old" for event in await _audit(dev_client, host_group))
-
-            await eventually(queued, "the wrapped request queued", within=30)
+            await _until_audited(dev_client, host_group, "w-old")
             await asyncio.sleep(3)  # twelve aging steps: effective priority 12
             newer = parse_spec(h.spec("newer", [{"child_id": "c", "kind": "one-shot-command", "prompt": "true", "priority": 5}]))
             await h.control.start(newer)
-
-            async def mission_queued() -> bool:
-                return any(event.request_id == f"{newer.mission_id}:c" for event in await _audit(dev_client, host_group))
-
-            await eventually(mission_queued, "the newer mission's request queued", within=30)
-        assert (await _ended(old))[0] == 0
+            await _until_audited(dev_client, host_group, f"{newer.mission_id}:c")
+        assert (await ended(old))[0] == 0
         await h.control.wait_for_verdict(newer.mission_id)
         admitted = [event.request_id for event in await _audit(dev_client, host_group) if event.type == "admitted"]
         assert admitted.index("w-old") < admitted.index(f"{newer.mission_id}:c"), admitted
 
 
-async def _async(value: bool) -> bool:
-    return value
-
-
 def test_the_wrapper_refuses_a_missing_command_in_one_line(capsys):
-    from tests.cli_support import conductor_now
-
     result = conductor_now(capsys, "admission", "run", "--host-group", "default")
     assert result.code == 2 and "needs a command after --" in result.line

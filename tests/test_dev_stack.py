@@ -27,6 +27,7 @@ import pytest
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
 
 from substrate.procs import alive, stat_fields
+from tests.cli_support import conductor_command
 from worker.binaries import temporal_cli
 from worker.ports import PortInUse
 from worker.search_attributes import registered as registered_search_attributes
@@ -243,11 +244,6 @@ async def test_a_taken_port_is_refused_naming_the_option_and_nothing_starts(
 
 
 # --- the commands -------------------------------------------------------------------------------
-
-
-def conductor_command() -> list[str]:
-    script = Path(sys.executable).parent / "conductor"
-    return [str(script)] if script.exists() else [sys.executable, "-c", "from worker.cli import main; main()"]
 
 
 def ensure_stopped(process: subprocess.Popen, tree: Iterable[int] = ()) -> None:

@@ -14,8 +14,6 @@ import asyncio
 import json
 import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -25,6 +23,7 @@ from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureEr
 from temporalio.common import RawValue
 from temporalio.exceptions import ApplicationError
 
+from tests.cli_support import conductor, conductor_command, environment_for, run_process
 from tests.mission_harness import mission_harness
 from tests.polling import eventually
 from tests.substrate_fixtures import substrate  # noqa: F401  (fixture)
@@ -38,27 +37,12 @@ EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 TYPESCRIPT = EXAMPLES / "typescript"
 
 
-def _environment(address: str, **extra: str) -> dict[str, str]:
-    """This process's environment without any Temporal setting of whoever runs the tests."""
-    env = {name: value for name, value in os.environ.items() if not name.startswith("TEMPORAL_")}
-    return {**env, "TEMPORAL_ADDRESS": address, "TEMPORAL_NAMESPACE": "default", **extra}
-
-
-async def _run(*command: str, env: dict[str, str], cwd: Path | None = None, timeout: float = 120) -> tuple[int, str, str]:
-    """A command run beside the test's worker (on the same event loop, so never blocking it)."""
-    process = await asyncio.create_subprocess_exec(
-        *command, env=env, cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-    )
-    out, err = await asyncio.wait_for(process.communicate(), timeout)
-    return process.returncode or 0, out.decode(), err.decode()
-
-
 class TemporalCli:
     def __init__(self, client: Client) -> None:
         self.address = client.service_client.config.target_host
 
     async def __call__(self, *args: str) -> tuple[int, str, str]:
-        return await _run(temporal_cli(), *args, env=_environment(self.address))
+        return await run_process(temporal_cli(), *args, env=environment_for(self.address))
 
 
 async def _failed_task_events(client: Client, workflow_id: str) -> list[str]:
@@ -92,11 +76,11 @@ def _spec(mission_id: str, host_group: str, **fields: object) -> dict:
 
 async def test_the_temporal_cli_example_runs_reviews_stops_and_cancels_missions(dev_client: Client, substrate, tmp_path):
     async with mission_harness(dev_client, substrate, tmp_path, as_in_production=True) as h:
-        env = _environment(
+        env = environment_for(
             TemporalCli(dev_client).address, TEMPORAL=temporal_cli(), CONDUCTOR_TASK_QUEUE=h.config.task_queue,
             HOST_GROUP=f"hg-{h.suffix}", MISSION_PREFIX=f"cli-{h.suffix}",
         )
-        code, out, err = await _run("bash", str(EXAMPLES / "temporal-cli" / "missions.sh"), env=env)
+        code, out, err = await run_process("bash", str(EXAMPLES / "temporal-cli" / "missions.sh"), env=env)
         assert code == 0, err
         assert [line.split(":")[0] for line in out.splitlines()] == ["run", "query", "review", "stop", "cancel"], out
         ledger = await h.control.show(f"cli-{h.suffix}-review")
@@ -173,8 +157,6 @@ async def test_every_bad_start_ends_its_run_at_once_typed_and_says_what_is_wrong
         assert "is not valid JSON" in not_json, not_json
 
         # Operators read the same words from the CLI, in one line.
-        from tests.cli_support import conductor
-
         shown = await conductor(capsys, "--address", temporal.address, "mission", "show", f"bad-wrong-field-{h.suffix}")
         assert shown.code == 1 and "minimum_successes: Field required" in shown.line, shown.err
 
@@ -222,8 +204,6 @@ async def test_bad_signals_updates_and_queries_are_refused_and_the_mission_runs_
         assert ledger.parent_state == "completed" and ledger.children[0].observed_state in {"running", "healthy"}
         assert (await dev_client.get_workflow_handle(workflow_id).describe()).status == WorkflowExecutionStatus.RUNNING
 
-        from tests.cli_support import conductor
-
         shown = await conductor(capsys, "--address", temporal.address, "mission", "show", f"daemon-{h.suffix}")
         assert "refused signal stop" in shown.out and "refused signal workload_observed" in shown.out, shown.out
 
@@ -243,17 +223,31 @@ async def test_the_admission_singleton_refuses_bad_operator_input_and_keeps_deci
                                       "--workflow-id", bad, "--input", '{"host_group": "x", "policy": {"max_concurent": 2}}')
         assert code == 0, err
         assert "policy.max_concurent: Extra inputs are not permitted" in await _refused_at_once(dev_client, bad)
+        # The other workflow types refuse a misspelt input the same way.
+        for workflow_type in ("WorkloadWorkflow", "AdmissionProbeWorkflow"):
+            workflow_id = f"bad-{workflow_type}-{h.suffix}"
+            code, _, err = await temporal("workflow", "start", "--type", workflow_type, "--task-queue", h.config.task_queue,
+                                          "--workflow-id", workflow_id, "--input", '{"host_groupz": "x"}')
+            assert code == 0, err
+            assert "host_groupz: Extra inputs are not permitted" in await _refused_at_once(dev_client, workflow_id)
 
         # A real singleton, started by a mission; then a client's bad messages to it.
         ledger = await h.control.run(parse_spec(h.spec("admitted", [{"child_id": "a", "kind": "one-shot-command", "prompt": "true"}])))
         assert ledger.parent_state == "completed"
         singleton = f"admission:hg-{h.suffix}"
-        code, _, err = await temporal("workflow", "signal", "--workflow-id", singleton, "--name", "submit",
-                                      "--input", '{"requester": 1, "requests": "all"}')
-        assert code == 0, err
+        signals = ("submit", "renew", "release", "cancel")
+        for name in signals:  # a requester's batch with a misspelt field
+            code, _, err = await temporal("workflow", "signal", "--workflow-id", singleton, "--name", name,
+                                          "--input", '{"requester": "r", "request_idz": []}')
+            assert code == 0, err
         code, out, err = await temporal("workflow", "update", "execute", "--workflow-id", singleton, "--name", "set_policy",
                                         "--input", '{"operator": "ops", "policy": {"max_concurrent": -1}}')
         assert code != 0 and "policy.max_concurrent" in err, err
+        # Every holder update (docs/admission-api.md) with a misspelt field: rejected by its validator, named.
+        for name in ("acquire", "await_decision", "renew_lease", "release_lease", "cancel_request"):
+            code, _, err = await temporal("workflow", "update", "execute", "--workflow-id", singleton, "--name", name,
+                                          "--input", '{"holder": "cockpit", "request_idz": "x"}')
+            assert code != 0 and f"the {name} update's argument is not valid" in err and "request_idz" in err, (name, err)
         code, _, err = await temporal("workflow", "query", "--workflow-id", singleton, "--name", "queue", "--input", '"ten"')
         assert code != 0 and "limit" in err, err
 
@@ -262,8 +256,13 @@ async def test_the_admission_singleton_refuses_bad_operator_input_and_keeps_deci
             rows = json.loads(out)["queryResult"][0] if code == 0 else []
             return rows or None
 
-        [refusal] = await eventually(refusals, "the refused submit shown")
-        assert refusal["signal"] == "submit" and "requester: Input should be a valid string" in refusal["reason"]
+        async def all_refused() -> list | None:
+            rows = await refusals()
+            return rows if rows is not None and len(rows) == len(signals) else None
+
+        shown = await eventually(all_refused, "the refused signals shown")
+        assert [row["signal"] for row in shown] == list(signals)
+        assert all("request_idz: Extra inputs are not permitted" in row["reason"] for row in shown), shown
         # Still deciding: the next mission is admitted and completes.
         again = await h.control.run(parse_spec(h.spec("after", [{"child_id": "a", "kind": "one-shot-command", "prompt": "true"}])))
         assert again.parent_state == "completed"
@@ -281,23 +280,23 @@ async def test_the_typescript_examples_drive_missions_and_hold_a_lease(dev_clien
         if os.environ.get("CONDUCTOR_REQUIRE_NODE_TESTS"):
             pytest.fail(missing)
         pytest.skip(missing)
-    install = await _run("npm", "ci", "--no-audit", "--no-fund", "--loglevel=error", env=dict(os.environ), cwd=TYPESCRIPT, timeout=300)
+    install = await run_process("npm", "ci", "--no-audit", "--no-fund", "--loglevel=error", env=dict(os.environ), cwd=TYPESCRIPT, timeout=300)
     assert install[0] == 0, install[2]
-    build = await _run("npx", "--no-install", "tsc", env=dict(os.environ), cwd=TYPESCRIPT, timeout=300)
+    build = await run_process("npx", "--no-install", "tsc", env=dict(os.environ), cwd=TYPESCRIPT, timeout=300)
     assert build[0] == 0, build[1] + build[2]
     async with mission_harness(dev_client, substrate, tmp_path, as_in_production=True) as h:
-        env = _environment(
+        env = environment_for(
             TemporalCli(dev_client).address, CONDUCTOR_TASK_QUEUE=h.config.task_queue,
             HOST_GROUP=f"hg-{h.suffix}", MISSION_PREFIX=f"ts-{h.suffix}",
         )
-        code, out, err = await _run("node", "dist/missions.js", env=env, cwd=TYPESCRIPT)
+        code, out, err = await run_process("node", "dist/missions.js", env=env, cwd=TYPESCRIPT)
         assert code == 0, out + err
         lines = out.splitlines()
         assert [line.split(":")[0] for line in lines] == ["run", "query", "review", "stop", "cancel", "mistake"], out
         assert "spec.aggregation.quorum.minimum_successes: Field required" in lines[-1]
 
         # A holder that is not a workflow (docs/admission-api.md): acquire, renew, release.
-        code, out, err = await _run("node", "dist/lease.js", env={**env, "REQUEST_ID": f"ts-lease-{h.suffix}"}, cwd=TYPESCRIPT)
+        code, out, err = await run_process("node", "dist/lease.js", env={**env, "REQUEST_ID": f"ts-lease-{h.suffix}"}, cwd=TYPESCRIPT)
         assert code == 0, out + err
         assert [line.split(":")[0] for line in out.splitlines()] == ["admitted", "renewed", "released"], out
         assert out.splitlines()[-1] == "released: released"
@@ -320,16 +319,16 @@ async def test_a_worker_on_a_namespace_without_the_search_attributes_exits_in_on
         return (await temporal(*create))[0] == 0  # the new namespace reaches every service in a moment
 
     await eventually(created, "all attributes but one created", within=30, interval=0.5)
-    conductor = [sys.executable, "-c", "from worker.cli import main; main()"]
-    env = _environment(temporal.address, TEMPORAL_NAMESPACE=namespace, CONDUCTOR_DATA_DIR=str(tmp_path),
+    conductor = conductor_command()
+    env = environment_for(temporal.address, TEMPORAL_NAMESPACE=namespace, CONDUCTOR_DATA_DIR=str(tmp_path),
                        CONDUCTOR_SUBSTRATE_URL="http://127.0.0.1:9")
-    code, out, err = await _run(*conductor, "worker", env=env, timeout=60)
+    code, out, err = await run_process(*conductor, "worker", env=env, timeout=60)
     last = SEARCH_ATTRIBUTES[-1]
     assert code == 2 and out == "" and err.count("\n") == 1, (code, out, err)
     assert err.startswith(f"conductor worker: namespace {namespace} lacks the search attribute {last.name} (Keyword)")
     assert "conductor --namespace" in err and "search-attributes create" in err and "Traceback" not in err
 
-    code, out, err = await _run(*conductor, "search-attributes", "create", env=env, timeout=60)
+    code, out, err = await run_process(*conductor, "search-attributes", "create", env=env, timeout=60)
     assert code == 0 and f"created on namespace {namespace}: {last.name} (Keyword)" in out, (out, err)
-    code, out, err = await _run(*conductor, "search-attributes", "check", env=env, timeout=60)
+    code, out, err = await run_process(*conductor, "search-attributes", "check", env=env, timeout=60)
     assert code == 0 and f"namespace {namespace} has every search attribute" in out, (out, err)

@@ -28,10 +28,9 @@ from activities.visibility import literal
 from worker.admission_live import QUEUE_ROWS, LiveAdmission, LiveError
 from worker.inputs import InputError, one_line
 from worker.tables import human_duration, render_table
-from workflows.admission.messages import LeaseRow, PolicyChange, QueueRow, UsageRow, admission_workflow_id
+from workflows.admission.messages import ADMISSION_WORKFLOW, LeaseRow, PolicyChange, QueueRow, UsageRow, admission_workflow_id
 from workflows.admission.model import AdmissionPolicy
 
-ADMISSION_WORKFLOW = "AdmissionWorkflow"
 PREFIX = admission_workflow_id("")
 QUERY_TIMEOUT = timedelta(seconds=5)  # per query: a listing answers promptly even with no worker
 MAX_HOST_GROUPS = 1000

@@ -245,14 +245,6 @@ class MissionControl:
             return None
         return None
 
-    async def _refused_at_start(self, mission_id: str, doing: str) -> bool:
-        """Whether the mission's run failed on its input: it has no ledger, and a query of it cannot
-        be answered (its replay fails the same way), so it is told from the failure instead."""
-        if (await self._describe(mission_id, doing)).status != WorkflowExecutionStatus.FAILED:
-            return False
-        failure = await self._failure(mission_id)
-        return isinstance(failure, ApplicationError) and failure.type == INVALID_INPUT
-
     async def _refusal(
         self, mission_id: str, operation: str, error: RPCError, doing: str,
     ) -> MissionRefused | None:
@@ -287,10 +279,17 @@ class MissionControl:
         return await self.wait_for_verdict(spec.mission_id)
 
     async def show(self, mission_id: str) -> MissionLedger:
-        handle = self.handle(mission_id)
         doing = f"reading the ledger of mission {mission_id}"
-        if await self._refused_at_start(mission_id, doing):  # raises MissionNotFound if there is no such mission
-            raise MissionClosed(mission_id, "show", await self._closed_as(mission_id, WorkflowExecutionStatus.FAILED))
+        return await self._ledger_of(mission_id, await self._describe(mission_id, doing), doing)  # or MissionNotFound
+
+    async def _ledger_of(self, mission_id: str, description: WorkflowExecutionDescription, doing: str) -> MissionLedger:
+        """The ledger, as its `ledger` query answers; a run that failed on its input has none (a query of
+        it is never answered: its replay fails the same way), so it is told from its failure instead."""
+        handle = self.handle(mission_id)
+        if description.status == WorkflowExecutionStatus.FAILED:
+            failure = await self._failure(mission_id)
+            if isinstance(failure, ApplicationError) and failure.type == INVALID_INPUT:
+                raise MissionClosed(mission_id, "show", one_line(f"its workflow failed: {failure.message}"))
         try:
             return await self._reconnect.call(lambda: handle.query("ledger", result_type=MissionLedger), doing)
         except RPCError as error:
@@ -447,7 +446,7 @@ class MissionControl:
             if description.status != WorkflowExecutionStatus.RUNNING:
                 break
             try:
-                ledger = await self.show(mission_id)
+                ledger = await self._ledger_of(mission_id, description, f"reading the ledger of mission {mission_id}")
             except MissionClosed:
                 break
             if ledger.snapshot_seq != last_seq:

@@ -22,7 +22,7 @@ other client is refused too. Pure: imported by workflow code and by the CLI alik
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any, TypeVar
 
@@ -68,6 +68,19 @@ def argument(args: Sequence[Any], rule: type[Model] | TypeAdapter[Model], what: 
     if len(args) != 1:
         raise Refused(f"{what} takes exactly one argument, a JSON value; {len(args)} were sent{_see(hint)}")
     return _validate(args[0], rule, what, hint)
+
+
+def signal_argument(
+    args: Sequence[Any], rule: type[Model] | TypeAdapter[Model], signal: str, refuse: Callable[[str, Refused], None],
+    *, hint: str = "",
+) -> Model | None:
+    """A signal's one argument, or None when it is refused: `refuse(signal, refusal)` records why
+    (a signal has no answer, so the workflow keeps what it refused where operators look)."""
+    try:
+        return argument(args, rule, f"the {signal} signal's argument", hint=hint)
+    except Refused as refused:
+        refuse(signal, refused)
+        return None
 
 
 def optional_argument(args: Sequence[Any], rule: type[Model] | TypeAdapter[Model], default: Model, what: str) -> Model:

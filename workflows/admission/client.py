@@ -52,7 +52,7 @@ with workflow.unsafe.imports_passed_through():
         admission_workflow_id,
     )
     from workflows.admission.model import AdmissionRequest
-    from workflows.inbound import Refused, argument
+    from workflows.inbound import Refused, signal_argument
 
 SUBMIT_ACTIVITY = "submit_admission_batch"
 # What the engine can do to a lease the requester holds without being asked: move it back to
@@ -73,7 +73,8 @@ class AdmissionClient:
         on_refused: Callable[[str, Refused], None] | None = None,
     ) -> None:
         self.host_group = host_group
-        self._on_refused = on_refused  # a decision signal whose argument was refused: the requester records it
+        # A decision signal whose argument was refused: the requester records it (else it is logged).
+        self._on_refused = on_refused or _log_refusal
         self.renewal = renewal
         self._search_attributes = search_attributes
         self.decisions: dict[str, AdmissionDecision] = {}
@@ -118,11 +119,8 @@ class AdmissionClient:
     # --- inbound ----------------------------------------------------------------------------
 
     def _on_decisions(self, *args: Any) -> None:
-        try:
-            batch = argument(args, DecisionBatch, f"the {DECISION_SIGNAL} signal's argument")
-        except Refused as refused:  # from no singleton of ours: nothing to act on
-            if self._on_refused is not None:
-                self._on_refused(DECISION_SIGNAL, refused)
+        batch = signal_argument(args, DecisionBatch, DECISION_SIGNAL, self._on_refused)
+        if batch is None:  # from no singleton of ours: nothing to act on
             return
         for decision in batch.decisions:
             known = self.decisions.get(decision.request_id)
@@ -451,3 +449,7 @@ def _retrieve(task: asyncio.Future[None]) -> None:
     """Take a shielded signal's outcome, so a requester cancelled meanwhile leaves no unread error."""
     if not task.cancelled():
         task.exception()
+
+
+def _log_refusal(signal: str, refused: Refused) -> None:
+    workflow.logger.warning("signal %s refused: %s", signal, refused)

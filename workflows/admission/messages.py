@@ -18,6 +18,7 @@ from workflows.admission.model import (
 from workflows.ids import admission_workflow_id  # noqa: F401 (defined once there)
 
 ADMISSION_TASK_QUEUE = "mission-conductor"
+ADMISSION_WORKFLOW = "AdmissionWorkflow"  # the workflow type of every host group's singleton
 DECISION_SIGNAL = "admission_decided"
 REQUESTERS_QUERY = "requesters"
 # What a query answers while a continued run still decodes its carried state (a second or two).

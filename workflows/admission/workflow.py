@@ -29,7 +29,7 @@ import asyncio
 import contextlib
 from collections import defaultdict, deque
 from datetime import datetime, timedelta
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, TypeAdapter
 from temporalio import workflow
@@ -40,6 +40,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.admission import codec, engine
     from workflows.admission.holders import Acquire, AwaitDecision, GiveBack, RenewLease, is_holder, requester_of
     from workflows.admission.messages import (
+        ADMISSION_WORKFLOW,
         BETWEEN_RESTORE_SLICES,
         DECISION_SIGNAL,
         FIND_GONE_REQUESTERS,
@@ -85,20 +86,20 @@ with workflow.unsafe.imports_passed_through():
         no_argument,
         optional_argument,
         refused_start,
+        signal_argument,
     )
     from workflows.metrics import AdmissionMetrics
 
 EXPORT_AUDIT_ACTIVITY = "export_audit_events"
 MAX_EVENTS_PER_EXPORT = 500  # keeps one export's input far below the server's payload limit
-ADMISSION_WORKFLOW = "AdmissionWorkflow"
 SCHEMA_HINT = "see `conductor mission schema --list` and docs/mission-control-api.md"
 _LIMIT = TypeAdapter(Annotated[int, Field(ge=0, le=100_000)])
-CARRY_AT_MOST = 100
+CARRY_AT_MOST = 100  # inbox items a continue-as-new carries without one more decision pass first
 # How long a holder's update waits for the pass that applies it (the loop decides as soon as the
 # inbox has anything; a pass takes milliseconds): beyond it, the answer is what the records say.
 HOLDER_FIRST_ANSWER_SECONDS = 10.0
 HANDING_OVER = "HandingOver"  # a holder update refused while the run hands over: send it again
-HOLDER_EXPIRED = "the holder's lease expired unrenewed; a holder is not requeued (it has stopped what the lease was for)"  # inbox items a continue-as-new carries without one more decision pass first
+HOLDER_EXPIRED = "the holder's lease expired unrenewed; a holder is not requeued (it has stopped what the lease was for)"
 
 
 @workflow.defn(name=ADMISSION_WORKFLOW)
@@ -170,7 +171,7 @@ class AdmissionWorkflow:
         "Queues a requester's batch of admission requests; the decisions come back as admission_decided signals."
     ))
     def submit(self, *args: Any) -> None:
-        batch = self._signal_argument("submit", args, SubmitBatch)
+        batch = signal_argument(args, SubmitBatch, "submit", self._refuse, hint=SCHEMA_HINT)
         if batch is None:
             return
         self._inbox.append(InboxItem(kind="submit", submit=batch))
@@ -180,7 +181,7 @@ class AdmissionWorkflow:
         "Renews held leases (sent on a durable timer at a third of the TTL): named ones, or everything the requester holds."
     ))
     def renew(self, *args: Any) -> None:
-        batch = self._signal_argument("renew", args, RenewBatch)
+        batch = signal_argument(args, RenewBatch, "renew", self._refuse, hint=SCHEMA_HINT)
         if batch is None:
             return
         self._inbox.append(InboxItem(kind="renew", renew=batch))
@@ -190,7 +191,7 @@ class AdmissionWorkflow:
         "Gives back held leases when the work ended."
     ))
     def release(self, *args: Any) -> None:
-        batch = self._signal_argument("release", args, ReleaseBatch)
+        batch = signal_argument(args, ReleaseBatch, "release", self._refuse, hint=SCHEMA_HINT)
         if batch is None:
             return
         self._inbox.append(InboxItem(kind="release", release=batch))
@@ -200,7 +201,7 @@ class AdmissionWorkflow:
         "Withdraws queued or held requests. Operators abandon work with `conductor mission cancel`."
     ))
     def cancel(self, *args: Any) -> None:
-        batch = self._signal_argument("cancel", args, CancelBatch)
+        batch = signal_argument(args, CancelBatch, "cancel", self._refuse, hint=SCHEMA_HINT)
         if batch is None:
             return
         self._inbox.append(InboxItem(kind="cancel", cancel=batch))
@@ -277,10 +278,7 @@ class AdmissionWorkflow:
 
     @workflow.update(description="Any client: give back a holder's lease; answers its AdmissionDecision.")
     async def release_lease(self, *args: Any) -> AdmissionDecision:
-        call = argument(args, GiveBack, "the release_lease update's argument")
-        return await self._holder_change(call.holder, call.request_id, InboxItem(kind="release", release=ReleaseBatch(
-            requester=requester_of(call.holder), request_ids=[call.request_id],
-        )))
+        return await self._holder_gives_back("release_lease", args)
 
     @release_lease.validator
     def _release_readable(self, *args: Any) -> None:
@@ -288,10 +286,7 @@ class AdmissionWorkflow:
 
     @workflow.update(description="Any client: withdraw a holder's request still queued; answers its AdmissionDecision.")
     async def cancel_request(self, *args: Any) -> AdmissionDecision:
-        call = argument(args, GiveBack, "the cancel_request update's argument")
-        return await self._holder_change(call.holder, call.request_id, InboxItem(kind="cancel", cancel=CancelBatch(
-            requester=requester_of(call.holder), request_ids=[call.request_id],
-        )))
+        return await self._holder_gives_back("cancel_request", args)
 
     @cancel_request.validator
     def _cancel_readable(self, *args: Any) -> None:
@@ -305,6 +300,15 @@ class AdmissionWorkflow:
                 f"host group {self._input.host_group} is handing over to its next run; send {name} again in a moment",
                 type=HANDING_OVER,
             )
+
+    async def _holder_gives_back(self, name: Literal["release_lease", "cancel_request"], args: tuple[Any, ...]) -> AdmissionDecision:
+        """`release_lease` and `cancel_request`: what the release and cancel signals carry, for a holder."""
+        call = argument(args, GiveBack, f"the {name} update's argument")
+        batch = {"requester": requester_of(call.holder), "request_ids": [call.request_id]}
+        item = InboxItem(kind="release", release=ReleaseBatch(**batch)) if name == "release_lease" else InboxItem(
+            kind="cancel", cancel=CancelBatch(**batch),
+        )
+        return await self._holder_change(call.holder, call.request_id, item)
 
     async def _holder_change(self, holder: str, request_id: str, item: InboxItem) -> AdmissionDecision:
         """Apply a holder's renewal, release or cancellation in the next pass; answer its decision."""
@@ -335,14 +339,10 @@ class AdmissionWorkflow:
             )
         return decision
 
-    def _signal_argument(self, name: str, args: tuple[Any, ...], model: Any) -> Any:
-        """The signal's one argument, or None when it was refused (kept for the `refusals` query)."""
-        try:
-            return argument(args, model, f"the {name} signal's argument", hint=SCHEMA_HINT)
-        except Refused as refused:
-            workflow.logger.warning("signal %s refused: %s", name, refused)
-            self._refused.append(Refusal(at=workflow.now(), signal=name, reason=str(refused)))
-            return None
+    def _refuse(self, signal: str, refused: Refused) -> None:
+        """A signal refused (workflows.inbound): logged, and kept for the `refusals` query."""
+        workflow.logger.warning("signal %s refused: %s", signal, refused)
+        self._refused.append(Refusal(at=workflow.now(), signal=signal, reason=str(refused)))
 
     # --- queries ----------------------------------------------------------------------------
 

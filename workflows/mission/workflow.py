@@ -47,7 +47,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.admission.messages import AdmissionDecision, Backpressure as AdmissionBackpressure
     from workflows.admission.model import LANE_OVERRIDE_POLICY, PREEMPTION_POLICY, REQUEUE_POLICY, AdmissionRequest
     from workflows.ids import ATTEMPT_SEPARATOR
-    from workflows.inbound import Refusal, Refused, argument, no_argument, refused_start
+    from workflows.inbound import Refusal, Refused, argument, no_argument, refused_start, signal_argument
     from workflows.mission import aggregation
     from workflows.mission.attempts import TAKEN_AWAY, AttemptStop, Judgement
     from workflows.mission.ledger import (
@@ -166,7 +166,7 @@ class MissionWorkflow:
         "For this mission's workload workflows only: a child's new observation. Not an operator action."
     ))
     def workload_observed(self, *args: Any) -> None:
-        observation = self._signal_argument(OBSERVATION_SIGNAL, args, ChildObservation)
+        observation = signal_argument(args, ChildObservation, OBSERVATION_SIGNAL, self._refuse)
         if observation is None:
             return
         self._observations.append(observation)
@@ -179,7 +179,7 @@ class MissionWorkflow:
     ))
     def workload_alive(self, *args: Any) -> None:
         """A long-lived child's sign of life; that the signal was delivered is all it needs."""
-        self._signal_argument(ALIVE_SIGNAL, args, _CHILD_ID)
+        signal_argument(args, _CHILD_ID, ALIVE_SIGNAL, self._refuse)
 
     @workflow.signal(description=(
         "Operators: once the verdict has settled, stop the long-lived children (their runtime tasks too), "
@@ -231,15 +231,8 @@ class MissionWorkflow:
         no_argument(args, "the ledger query")
         return self._ledger
 
-    def _signal_argument(self, name: str, args: tuple[Any, ...], rule: Any) -> Any:
-        """The signal's one argument, or None when it was refused (and recorded as such)."""
-        try:
-            return argument(args, rule, f"the {name} signal's argument")
-        except Refused as refused:
-            self._refuse(name, refused)
-            return None
-
     def _refuse(self, signal: str, refused: Refused) -> None:
+        """A signal refused (workflows.inbound): logged, and kept in the ledger for operators."""
         workflow.logger.warning("signal %s refused: %s", signal, refused)
         self._ledger = aggregation.record_refusal(
             self._ledger, Refusal(at=workflow.now(), signal=signal, reason=str(refused)),
