@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from activities.audit_store import AsyncAuditStore, AuditStore, ThreadedAuditStore
+from activities.store_errors import StoreUnavailable
 from activities.ledger_store import AsyncLedgerStore, SqliteLedgerStore, ThreadedLedgerStore
 
 if TYPE_CHECKING:
@@ -37,10 +38,6 @@ _PASSWORD_PARAMETER = re.compile(r"(?P<head>[?&]password=)(?P<password>[^&#]*)",
 
 class DatabaseURLError(ValueError):
     """CONDUCTOR_DATABASE_URL cannot be used; the message is one line and shows the URL redacted."""
-
-
-class StoreUnavailable(RuntimeError):
-    """The configured store cannot be opened (unreachable, refused login, missing file); one line, redacted."""
 
 
 def redact(url: str) -> str:

@@ -1,7 +1,7 @@
 """Holders on a host group (docs/admission-api.md): what `conductor admission run` adds before the
 command runs, and how fast clients that are not workflows are admitted next to workflow requesters.
 
-    .venv/bin/python bench/admission_holders.py [--runs 20] [--n 100] [--concurrency 4]
+    .venv/bin/python bench/admission_holders.py [--runs 20] [--n 100] [--concurrency 20] [--in-flight-updates 100]
 
 1. Wrapper latency on an idle host group: from spawning `conductor admission run -- sh -c ...` to
    the command running (it writes the time it started), median and p99, against the same `sh -c`
@@ -10,7 +10,10 @@ command runs, and how fast clients that are not workflows are admitted next to w
    start (importing Python, the SDK, connecting).
 2. Admissions per second: N holder requests (acquire + release, `--concurrency` at a time) against
    N workflow requesters (AdmissionProbeWorkflow: submit, hold nothing, give back), on one dev
-   server and one host group whose quotas never bind, interleaved rounds.
+   server and one host group whose quotas never bind, interleaved rounds. The server admits
+   `--in-flight-updates` updates in flight per workflow (`history.maxInFlightUpdates`): 100 as
+   conductor's embedded stack sets it; 0 keeps Temporal's default of 10, where 20 holders in
+   flight stall for seconds on RESOURCE_EXHAUSTED retries (docs/admission-api.md).
 
 Figures are ratios against the baseline measured in the same run (these machines are noisy).
 """
@@ -36,6 +39,7 @@ from temporalio.testing import WorkflowEnvironment  # noqa: E402
 from activities.admission import set_policy_with_start  # noqa: E402
 from worker.binaries import temporal_cli  # noqa: E402
 from worker.config import WorkerConfig  # noqa: E402
+from worker.devserver import MAX_IN_FLIGHT_UPDATES  # noqa: E402
 from worker.lease import acquire  # noqa: E402
 from worker.payloads import DATA_CONVERTER  # noqa: E402
 from worker.worker import build_worker  # noqa: E402
@@ -118,7 +122,10 @@ async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=20, help="wrapper latency samples (default 20)")
     parser.add_argument("--n", type=int, default=100, help="requests per admission-rate round (default 100)")
-    parser.add_argument("--concurrency", type=int, default=4, help="holders in flight at once (default 4; at 20, updates stall around the singleton's continue-as-new: issue 30)")
+    parser.add_argument("--concurrency", type=int, default=20, help="holders in flight at once (default 20)")
+    parser.add_argument("--in-flight-updates", type=int, default=MAX_IN_FLIGHT_UPDATES,
+                        help=f"the server's history.maxInFlightUpdates (default {MAX_IN_FLIGHT_UPDATES}, as conductor's "
+                        "embedded stack; 0 keeps Temporal's default of 10)")
     parser.add_argument("--rounds", type=int, default=3, help="admission-rate rounds, interleaved (default 3)")
     args = parser.parse_args()
     logging.basicConfig(level=logging.ERROR)
@@ -128,6 +135,9 @@ async def main() -> None:
     env = await WorkflowEnvironment.start_local(
         dev_server_existing_path=temporal_cli(), data_converter=DATA_CONVERTER, ui=False, dev_server_log_level="error",
         search_attributes=SEARCH_ATTRIBUTES,
+        dev_server_extra_args=(
+            ["--dynamic-config-value", f"history.maxInFlightUpdates={args.in_flight_updates}"] if args.in_flight_updates else []
+        ),
     )
     try:
         with tempfile.TemporaryDirectory(prefix="holders-bench-") as scratch:
@@ -140,7 +150,9 @@ async def main() -> None:
                     holders.append(await holders_per_second(env.client, args.n, args.concurrency, f"h{round_}"))
                     workflows.append(await workflows_per_second(env.client, config.task_queue, args.n, f"w{round_}"))
                 h, w = statistics.median(holders), statistics.median(workflows)
-                print(f"admissions per second, {args.n} requests a round, median of {args.rounds} interleaved rounds:")
+                limit = args.in_flight_updates or "10 (Temporal's default)"
+                print(f"admissions per second, {args.n} requests a round, median of {args.rounds} interleaved rounds, "
+                      f"server's updates in flight per workflow {limit}:")
                 print(f"  workflow requesters (baseline, AdmissionProbeWorkflow): {w:7.1f}/s  rounds {[round(x, 1) for x in workflows]}")
                 print(f"  holders (acquire + release, {args.concurrency} in flight):  {h:7.1f}/s  rounds "
                       f"{[round(x, 1) for x in holders]}  ({h / w:.2f}x the baseline)")

@@ -17,7 +17,8 @@ import signal
 import subprocess
 from pathlib import Path
 
-from temporalio.client import Client
+import pytest
+from temporalio.client import Client, WorkflowUpdateFailedError
 
 from activities.admission import set_policy_with_start
 from substrate.procs import alive
@@ -27,10 +28,17 @@ from tests.polling import eventually
 from tests.substrate_fixtures import substrate  # noqa: F401  (fixture)
 from worker.admission_run import EXIT_LEASE_LOST, EXIT_NOT_ADMITTED
 from worker.binaries import temporal_cli
-from worker.lease import hold
+from worker.lease import acquire, hold
 from worker.mission_control import parse_spec
-from workflows.admission.holders import HeldRequest
-from workflows.admission.messages import AdmissionDecision, LeaseRow, PolicyChange, admission_workflow_id
+from workflows.admission.holders import AwaitDecision, GiveBack, HeldRequest, RenewLease
+from workflows.admission.messages import (
+    ADMISSION_WORKFLOW,
+    AdmissionDecision,
+    AdmissionWorkflowInput,
+    LeaseRow,
+    PolicyChange,
+    admission_workflow_id,
+)
 from workflows.admission.model import AdmissionPolicy, AuditEvent
 
 ONE_SLOT = AdmissionPolicy(max_concurrent=1, runtime_quotas={"host": 1}, lease_ttl_seconds=4, allow_preemption=True)
@@ -229,6 +237,40 @@ async def test_aging_lets_an_old_wrapped_request_past_newer_urgent_missions(dev_
         await h.control.wait_for_verdict(newer.mission_id)
         admitted = [event.request_id for event in await _audit(dev_client, host_group) if event.type == "admitted"]
         assert admitted.index("w-old") < admitted.index(f"{newer.mission_id}:c"), admitted
+
+
+async def test_a_holder_without_a_long_poll_to_spare_reads_the_query_and_is_still_admitted(
+    dev_client: Client, substrate, tmp_path,
+):
+    """Temporal admits 10 updates in flight per workflow by default: the singleton rations long
+    polls (max_waiting_polls), and a holder refused one (PollLater) follows its request with the
+    holder_decision query, which is no update."""
+    async with mission_harness(dev_client, substrate, tmp_path, as_in_production=True) as h:
+        host_group = f"rationed-{h.suffix}"
+        singleton = await dev_client.start_workflow(
+            ADMISSION_WORKFLOW, AdmissionWorkflowInput(host_group=host_group, policy=ONE_SLOT, max_waiting_polls=0),
+            id=admission_workflow_id(host_group), task_queue=h.config.task_queue,
+        )
+        async with hold(dev_client, host_group, HeldRequest(request_id="first", orchestrator_id="ops"), holder="ops"):
+            second = asyncio.ensure_future(
+                acquire(dev_client, host_group, HeldRequest(request_id="second", orchestrator_id="ops"), holder="ci"),
+            )
+            await _until_audited(dev_client, host_group, "second")
+            with pytest.raises(WorkflowUpdateFailedError) as refused:
+                await singleton.execute_update("await_decision", AwaitDecision(holder="ci", request_id="second", after_revision=1))
+            assert refused.value.cause.type == "PollLater", refused.value.cause
+            queued = await singleton.query("holder_decision", GiveBack(holder="ci", request_id="second"), result_type=AdmissionDecision)
+            assert queued.state == "queued" and queued.position == 1, queued
+            assert not second.done()
+        lease = await asyncio.wait_for(second, 15)  # the query sees the admission within a poll or two
+        assert lease.decision.state == "admitted"
+        renew = RenewLease(holder="ci", request_id="second", lease_revision=lease.decision.lease_revision)
+        renewed = await singleton.execute_update("renew_lease", renew, result_type=AdmissionDecision)
+        assert renewed.lease_revision > renew.lease_revision and renewed.error_code is None, renewed
+        stale = await singleton.execute_update("renew_lease", renew, result_type=AdmissionDecision)  # fenced out
+        assert stale.error_code is not None and stale.lease_revision == renewed.lease_revision, stale
+        await lease.give_back()
+        assert await _leases(dev_client, host_group) == []
 
 
 def test_the_wrapper_refuses_a_missing_command_in_one_line(capsys):

@@ -29,6 +29,7 @@ from worker.search_attributes import registered, type_name
 
 LOG_FILE = "temporal.log"
 DB_FILE = "temporal.sqlite"
+MAX_IN_FLIGHT_UPDATES = 100  # the server default is 10 per workflow execution
 
 
 
@@ -77,6 +78,9 @@ def dev_server_command(
         "--ip", host, "--port", str(port), "--ui-port", str(ui_port),
         "--db-filename", str(db_file), "--namespace", namespace,
         "--log-level", "warn",
+        # Holders of admission leases call the singleton with updates, and the server admits only
+        # 10 in flight per workflow by default; more stall for seconds (docs/admission-api.md).
+        "--dynamic-config-value", f"history.maxInFlightUpdates={MAX_IN_FLIGHT_UPDATES}",
     ]  # fmt: skip
     for key in search_attributes:
         command += ["--search-attribute", f"{key.name}={type_name(key)}"]

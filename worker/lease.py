@@ -18,19 +18,29 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import random
 from collections.abc import AsyncIterator, Callable
 from datetime import datetime, timezone
 
-from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError, WorkflowUpdateRPCTimeoutOrCancelledError
-from temporalio.service import RPCError
+from temporalio.client import (
+    Client,
+    WorkflowHandle,
+    WorkflowQueryFailedError,
+    WorkflowUpdateFailedError,
+    WorkflowUpdateRPCTimeoutOrCancelledError,
+)
+from temporalio.service import RPCError, RPCStatusCode
 
-from workflows.admission.holders import Acquire, AwaitDecision, GiveBack, HeldRequest, RenewLease
+from workflows.admission.holders import DEFAULT_WAIT_SECONDS, Acquire, AwaitDecision, GiveBack, HeldRequest, RenewLease
 from workflows.admission.messages import AdmissionDecision, admission_workflow_id
 
 RETRY_SECONDS = 2.0  # between attempts when the server cannot be reached
 RELEASE_SECONDS = 10.0  # how long giving a lease back may take when the block ends
 HANDING_OVER = "HandingOver"  # the singleton refuses new holder updates while it continues as new
 HANDOVER_RETRY_SECONDS = 0.2
+POLL_LATER = "PollLater"  # the host group has no long poll to spare: read holder_decision instead
+POLL_SECONDS = 2.0  # between holder_decision queries then (jittered by half either way)
+BUSY_RETRY_SECONDS = 60.0  # how long an update refused as busy (or unreachable) is sent again
 
 
 class NotAdmitted(RuntimeError):
@@ -67,10 +77,12 @@ class HeldLease:
         self.lost.set()
 
     async def _update(self, name: str, message: object) -> AdmissionDecision:
-        """One holder update; sent again while the singleton hands over to its next run, and (all
-        but a renewal, which is fenced) when its call timed out: an update the server aborted as the
-        run continued as new, say. A repeat of those is the same request: acquiring, polling,
+        """One holder update; sent again while the singleton hands over to its next run, while the
+        server refuses it as busy (for up to BUSY_RETRY_SECONDS), and (all but a renewal, which is
+        fenced) when its call timed out. A repeat of those is the same request: acquiring, polling,
         releasing or withdrawing twice changes nothing more."""
+        loop = asyncio.get_running_loop()
+        give_up_at = loop.time() + BUSY_RETRY_SECONDS
         while True:
             try:
                 return await self._handle.execute_update(name, message, result_type=AdmissionDecision)
@@ -80,12 +92,41 @@ class HeldLease:
             except WorkflowUpdateRPCTimeoutOrCancelledError:
                 if name == "renew_lease" or asyncio.current_task().cancelling():  # type: ignore[union-attr]
                     raise
-            await asyncio.sleep(HANDOVER_RETRY_SECONDS)
+            except RPCError as error:
+                # The SDK's own retries ran out on a busy host group: its updates in flight are all
+                # taken (history.maxInFlightUpdates, 10 by default), or the server aborted updates it
+                # had not handed to the workflow yet. Neither was applied; past a while, it is news.
+                busy = error.status in (RPCStatusCode.RESOURCE_EXHAUSTED, RPCStatusCode.UNAVAILABLE)
+                if not busy or loop.time() >= give_up_at:
+                    raise
+            await asyncio.sleep(HANDOVER_RETRY_SECONDS * random.uniform(1, 5))
 
     async def _current(self) -> AdmissionDecision:
-        return await self._update("await_decision", AwaitDecision(
-            holder=self.holder, request_id=self.request_id, after_revision=0, wait_seconds=0,
-        ))
+        return await self._handle.query("holder_decision", GiveBack(holder=self.holder, request_id=self.request_id),
+                                        result_type=AdmissionDecision)
+
+    async def _news(self, after_revision: int) -> AdmissionDecision:
+        """The request's next decision (newer than `after_revision`), or its current one after a
+        long poll's wait. A long poll when the host group has one to spare; otherwise (PollLater)
+        the `holder_decision` query every few seconds for as long: a query is no update in flight
+        and writes no history."""
+        try:
+            return await self._update("await_decision", AwaitDecision(
+                holder=self.holder, request_id=self.request_id, after_revision=after_revision,
+            ))
+        except WorkflowUpdateFailedError as error:
+            if getattr(error.cause, "type", None) != POLL_LATER:
+                raise
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + DEFAULT_WAIT_SECONDS
+        while True:
+            await asyncio.sleep(POLL_SECONDS * random.uniform(0.5, 1.5))
+            try:
+                decision = await self._current()
+            except WorkflowQueryFailedError:  # restoring, or unknown: the next long poll says which, typed
+                return self.decision
+            if decision.revision > after_revision or loop.time() >= deadline:
+                return decision
 
     async def _keep_renewed(self) -> None:
         while not self.lost.is_set():
@@ -99,7 +140,7 @@ class HeldLease:
                 ))
                 if renewed.error_code is not None:  # fenced out: a renewal that did land, or the lease is gone
                     renewed = await self._current()
-            except WorkflowUpdateFailedError as error:
+            except (WorkflowUpdateFailedError, WorkflowQueryFailedError) as error:
                 self._lose(f"the renewal was refused: {getattr(error.cause, 'message', error.cause)}")
                 return
             except (RPCError, WorkflowUpdateRPCTimeoutOrCancelledError) as error:  # try again while the lease lasts
@@ -112,9 +153,7 @@ class HeldLease:
     async def _watch(self) -> None:
         while not self.lost.is_set():
             try:
-                self._learn(await self._update("await_decision", AwaitDecision(
-                    holder=self.holder, request_id=self.request_id, after_revision=self.decision.revision,
-                )))
+                self._learn(await self._news(self.decision.revision))
             except WorkflowUpdateFailedError as error:
                 self._lose(f"the host group no longer knows the lease: {getattr(error.cause, 'message', error.cause)}")
             except RPCError:
@@ -125,7 +164,7 @@ class HeldLease:
         if self.decision.state not in ("admitted", "queued"):
             return
         name = "release_lease" if self.decision.state == "admitted" else "cancel_request"
-        with contextlib.suppress(RPCError, WorkflowUpdateFailedError, asyncio.TimeoutError):
+        with contextlib.suppress(RPCError, WorkflowUpdateFailedError, WorkflowUpdateRPCTimeoutOrCancelledError, asyncio.TimeoutError):
             await asyncio.wait_for(self._update(name, GiveBack(holder=self.holder, request_id=self.request_id)), RELEASE_SECONDS)
 
 
@@ -155,9 +194,7 @@ async def acquire(
                 shown = (decision.position, decision.binding_constraint)
                 on_queued(decision)
             lease.decision = decision
-            poll = asyncio.ensure_future(lease._update("await_decision", AwaitDecision(
-                holder=holder, request_id=request.request_id, after_revision=decision.revision,
-            )))
+            poll = asyncio.ensure_future(lease._news(decision.revision))
             if not withdrawn:
                 stop = asyncio.ensure_future(withdraw.wait())
                 await asyncio.wait({poll, stop}, return_when=asyncio.FIRST_COMPLETED)

@@ -39,13 +39,29 @@ async function main(): Promise<void> {
       }
     }
   };
+  // A long poll for the next decision. When as many long polls as the host group allows wait
+  // already (Temporal admits ten updates in flight per workflow by default), it is refused with an
+  // ApplicationFailure of type PollLater: read the holder_decision query every few seconds instead.
+  const news = async (afterRevision: number): Promise<AdmissionDecision> => {
+    try {
+      return await update('await_decision', { holder, request_id: requestId, after_revision: afterRevision, wait_seconds: 30 });
+    } catch (error) {
+      const cause = error instanceof WorkflowUpdateFailedError ? error.cause : undefined;
+      if (!(cause instanceof ApplicationFailure && cause.type === 'PollLater')) throw error;
+    }
+    for (let waited = 0; ; waited += 2000) {
+      await new Promise((resolve) => setTimeout(resolve, 2000));
+      const decision = await admission.query<AdmissionDecision, [object]>('holder_decision', { holder, request_id: requestId });
+      if (decision.revision > afterRevision || waited >= 30000) return decision;
+    }
+  };
   try {
     let decision = await update('acquire', {
       holder, request: { request_id: requestId, orchestrator_id: 'typescript-example', runtime_kind: 'host' }, wait_seconds: 0,
     });
     while (decision.state === 'queued') {
       console.log(`queued: position ${decision.position}, waiting on ${decision.binding_constraint}`);
-      decision = await update('await_decision', { holder, request_id: requestId, after_revision: decision.revision, wait_seconds: 30 });
+      decision = await news(decision.revision);
     }
     if (decision.state !== 'admitted') throw new Error(`not admitted: ${decision.state} (${decision.reason})`);
     console.log(`admitted: lease revision ${decision.lease_revision}, TTL ${decision.lease_ttl_seconds} s`);

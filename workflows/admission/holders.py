@@ -9,7 +9,10 @@ asks with Temporal updates instead, each answered with the request's `AdmissionD
 - `await_decision` waits, at most `wait_seconds`, for a decision newer than `after_revision`
   (a long poll: no tight polling, and a held lease's holder hears a preemption at once);
 - `renew_lease` renews a held lease, fenced by its lease revision;
-- `release_lease` gives a lease back; `cancel_request` withdraws a request still queued.
+- `release_lease` gives a lease back; `cancel_request` withdraws a request still queued;
+- the `holder_decision` query reads a request's decision (no update, no history): for holders
+  whose long poll was refused with `PollLater`, because as many as `max_waiting_polls` wait already
+  (Temporal admits ten updates in flight per workflow by default, and the rest must not stall).
 
 Every request goes through the same engine as a workflow's: quotas, order, aging, preemption,
 lanes, fair share, audit events, idempotent replay, and a colliding id fails closed. A holder that
@@ -96,7 +99,8 @@ class RenewLease(_Message):
 
 
 class GiveBack(_Message):
-    """`release_lease` (a held lease) and `cancel_request` (a request still queued)."""
+    """`release_lease` (a held lease) and `cancel_request` (a request still queued); also what the
+    `holder_decision` query reads."""
 
     holder: Identifier
     request_id: Identifier

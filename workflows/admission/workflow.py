@@ -95,10 +95,8 @@ MAX_EVENTS_PER_EXPORT = 500  # keeps one export's input far below the server's p
 SCHEMA_HINT = "see `conductor mission schema --list` and docs/mission-control-api.md"
 _LIMIT = TypeAdapter(Annotated[int, Field(ge=0, le=100_000)])
 CARRY_AT_MOST = 100  # inbox items a continue-as-new carries without one more decision pass first
-# How long a holder's update waits for the pass that applies it (the loop decides as soon as the
-# inbox has anything; a pass takes milliseconds): beyond it, the answer is what the records say.
-HOLDER_FIRST_ANSWER_SECONDS = 10.0
 HANDING_OVER = "HandingOver"  # a holder update refused while the run hands over: send it again
+POLL_LATER = "PollLater"  # a long poll refused: max_waiting_polls wait already (read holder_decision)
 HOLDER_EXPIRED = "the holder's lease expired unrenewed; a holder is not requeued (it has stopped what the lease was for)"
 
 
@@ -118,6 +116,8 @@ class AdmissionWorkflow:
         # their waiting updates; never carried: a new run answers from the engine's records.
         self._held: dict[str, tuple[int, AdmissionDecision]] = {}
         self._decided = 0  # passes that decided anything for a holder
+        self._unapplied: set[int] = set()  # id() of holder inbox items no pass has taken yet
+        self._waiting_polls = 0  # holder long polls waiting now (max_waiting_polls)
         self._ending = False  # continue-as-new is next: waiting updates answer now
         carried = input.carried
         self._restore: codec.Restore | None = None
@@ -232,13 +232,16 @@ class AdmissionWorkflow:
     async def acquire(self, *args: Any) -> AdmissionDecision:
         call = argument(args, Acquire, "the acquire update's argument")
         requester = requester_of(call.holder)
-        since = self._decided
-        self._inbox.append(InboxItem(kind="submit", submit=SubmitBatch(
+        request_id = call.request.request_id
+        before = self._decided
+        await self._applied(InboxItem(kind="submit", submit=SubmitBatch(
             requester=requester, requests=[call.request.submitted(workflow.now())],
         )))
-        await self._answer(requester, call.request.request_id, since, HOLDER_FIRST_ANSWER_SECONDS, lambda _: True)
+        decision = self._known(self._outcome(requester, request_id, before))
+        if decision.state != "queued" or self._waiting_polls >= self._input.max_waiting_polls:
+            return decision  # without a poll to spare, the holder polls with holder_decision
         return await self._answer(
-            requester, call.request.request_id, since, call.wait_seconds, lambda decision: decision.state != "queued",
+            requester, request_id, self._decided, call.wait_seconds, lambda decision: decision.state != "queued",
         )
 
     @acquire.validator
@@ -263,6 +266,24 @@ class AdmissionWorkflow:
     @await_decision.validator
     def _await_readable(self, *args: Any) -> None:
         self._holder_call_allowed(args, AwaitDecision, "await_decision")
+        call = argument(args, AwaitDecision, "the await_decision update's argument")
+        if call.wait_seconds > 0 and self._waiting_polls >= self._input.max_waiting_polls:
+            current = self._decision(requester_of(call.holder), call.request_id)
+            if current.revision <= call.after_revision and current.state != "unknown":
+                raise ApplicationError(
+                    f"host group {self._input.host_group} has {self._waiting_polls} long polls waiting "
+                    f"(max_waiting_polls); read the holder_decision query and poll again in a few seconds",
+                    type=POLL_LATER,
+                )
+
+    @workflow.query(description=(
+        "Any client: a holder's request's AdmissionDecision, read without an update (for a holder whose "
+        "long poll was refused with PollLater); argument {holder, request_id}."
+    ))
+    def holder_decision(self, *args: Any) -> AdmissionDecision:
+        call = argument(args, GiveBack, "the holder_decision query's argument", hint=SCHEMA_HINT)
+        self._require_restored()
+        return self._known(self._decision(requester_of(call.holder), call.request_id))
 
     @workflow.update(description="Any client: renew a holder's lease, fenced by its lease revision; answers its AdmissionDecision.")
     async def renew_lease(self, *args: Any) -> AdmissionDecision:
@@ -312,23 +333,42 @@ class AdmissionWorkflow:
 
     async def _holder_change(self, holder: str, request_id: str, item: InboxItem) -> AdmissionDecision:
         """Apply a holder's renewal, release or cancellation in the next pass; answer its decision."""
-        requester = requester_of(holder)
-        since = self._decided
+        before = self._decided
+        await self._applied(item)
+        return self._known(self._outcome(requester_of(holder), request_id, before))
+
+    async def _applied(self, item: InboxItem) -> None:
+        """Queue a holder's item and wait for the pass that takes it. No timer: the loop runs a pass
+        as soon as the inbox has anything, and a run that hands over first decides every holder item
+        it holds (`run`), so the wait is one pass long. A timer per call would cost the history two
+        events more for each, and the host group a continue-as-new that much sooner."""
+        key = id(item)
+        self._unapplied.add(key)
         self._inbox.append(item)
-        return await self._answer(requester, request_id, since, HOLDER_FIRST_ANSWER_SECONDS, lambda _: True)
+        await workflow.wait_condition(lambda: key not in self._unapplied)
+
+    def _outcome(self, requester: str, request_id: str, before: int) -> AdmissionDecision:
+        """What the pass that applied a holder's item decided (with what happened and any refusal's
+        `error_code`, a stale renewal's say) if it is newer than pass `before`; else the records."""
+        held = self._held.get(request_id)
+        return held[1] if held is not None and held[0] > before else self._decision(requester, request_id)
 
     async def _answer(self, requester: str, request_id: str, since: int, wait_seconds: float, done) -> AdmissionDecision:
-        """The holder's decision on `request_id` once a pass after `since` made one that is `done`,
-        or after `wait_seconds`, or at once when this run hands over (continue-as-new waits for no
-        update longer than a pass)."""
+        """A long poll: the holder's decision on `request_id` once a pass after `since` made one that
+        is `done`, or after `wait_seconds`, or at once when this run hands over (continue-as-new
+        waits for no update longer than a pass)."""
         def ready() -> bool:
             held = self._held.get(request_id)
             return self._ending or (held is not None and held[0] > since and done(held[1]))
 
         if not ready() and wait_seconds > 0:
-            with contextlib.suppress(asyncio.TimeoutError):
-                await workflow.wait_condition(ready, timeout=timedelta(seconds=wait_seconds), timeout_summary="holder's wait")
-        return self._known(self._decision(requester, request_id))
+            self._waiting_polls += 1
+            try:
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await workflow.wait_condition(ready, timeout=timedelta(seconds=wait_seconds), timeout_summary="holder's wait")
+            finally:
+                self._waiting_polls -= 1
+        return self._known(self._outcome(requester, request_id, since))
 
     @staticmethod
     def _known(decision: AdmissionDecision) -> AdmissionDecision:
@@ -561,6 +601,7 @@ class AdmissionWorkflow:
         """One pass: every inbox item through the engine, then one signal per requester."""
         now = workflow.now()
         items = self._take_inbox()
+        self._unapplied.difference_update(id(item) for item in items)
         touched: dict[str, dict[str, AdmissionDecision | None]] = defaultdict(dict)
         errors: dict[tuple[str, str], OpResult] = {}
         events: list[AuditEvent] = []
