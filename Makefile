@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: install bytecode demo test bench chaos clean
+.PHONY: install bytecode demo test test-fast bench chaos clean
 
 install: $(STAMP)
 
@@ -28,7 +28,12 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(PY) -m pytest $(PYTEST_ARGS)
 
-BENCHMARKS := bench/admission_engine.py bench/admission_throughput.py bench/admission_sustained.py bench/admission_carried.py bench/ledger_fold.py bench/mission_fanout.py
+# The pure tests only (no server, substrate or process; tests/conftest.py marks them), with short
+# property searches: seconds, for the edit-test loop. `make test` is what CI runs.
+test-fast: $(STAMP)
+	CONDUCTOR_PROPERTY_EXAMPLES=10 $(PY) -m pytest -q -m "pure and not slow" $(PYTEST_ARGS)
+
+BENCHMARKS := bench/admission_engine.py bench/admission_throughput.py bench/admission_sustained.py bench/admission_carried.py bench/ledger_fold.py bench/mission_fanout.py bench/admission_holders.py
 
 bench: $(STAMP) bytecode
 	@for b in $(BENCHMARKS); do echo "== $$b"; $(PY) $$b || exit 1; done

@@ -73,7 +73,6 @@ from workflows.workload.messages import (
     GET_WORKLOAD,
     LIST_TARGETS,
     OBSERVE_WORKLOAD,
-    RECONCILE,
     RUN_VERIFIER,
     VERIFIER_GRACE_SECONDS,
     WATCH_WORKLOAD,
@@ -86,8 +85,6 @@ from workflows.workload.messages import (
     DispatchTask,
     Observed,
     ObserveWorkload,
-    Reconcile,
-    ReconcileResult,
     Refusal,
     RunVerifier,
     TargetList,
@@ -231,7 +228,6 @@ class FleetActivities:
             self.read_output,
             self.cancel_task,
             self.run_verifier,
-            self.reconcile,
         ]
 
     # --- plumbing -------------------------------------------------------------------------
@@ -345,12 +341,6 @@ class FleetActivities:
             within=request.max_wait_seconds, longest_pause=request.poll_interval_seconds,
             beat=lambda record: activity.heartbeat(record.status.revision),
         )
-
-    @activity.defn(name=RECONCILE)
-    async def reconcile(self, request: Reconcile) -> ReconcileResult:
-        fleet, _ = self._clients()
-        report = await self._call(RECONCILE, lambda: fleet.reconcile(request.before_revision, request.child_ids))
-        return ReconcileResult(report=report)
 
     # --- executor plane -------------------------------------------------------------------
 

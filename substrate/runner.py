@@ -39,7 +39,6 @@ import asyncio
 import hashlib
 import logging
 import os
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -90,14 +89,6 @@ class _Job:
     started: asyncio.Event = field(default_factory=asyncio.Event)
     supervisor: asyncio.Task[None] | None = None
     stop_reason: str | None = None  # "cancel" | "shutdown"
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for chunk in iter(lambda: handle.read(1 << 16), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def command_id(task: TaskRow) -> str:
@@ -336,5 +327,3 @@ class Runner(Readoption):
         if supervisors:
             await asyncio.wait(supervisors)
 
-    def active_jobs(self) -> Mapping[str, _Job]:
-        return dict(self._jobs)

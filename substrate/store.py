@@ -238,15 +238,6 @@ class Store:
             ).fetchall()
         return [t for t in map(self._task, rows) if t is not None]
 
-    def count_active_tasks(self, instance_id: str) -> int:
-        marks = ",".join("?" * len(ACTIVE_TASK_STATES))
-        with self._lock:
-            row = self._db.execute(
-                f"SELECT COUNT(*) FROM tasks WHERE instance_id = ? AND state IN ({marks})",
-                (instance_id, *ACTIVE_TASK_STATES),
-            ).fetchone()
-        return int(row[0])
-
     def insert_task(self, task: TaskRow) -> None:
         with self.transaction():
             self._db.execute(

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+import re
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -87,6 +89,31 @@ async def dev_env() -> AsyncIterator[WorkflowEnvironment]:
 @pytest.fixture
 def dev_client(dev_env: WorkflowEnvironment) -> Client:
     return dev_env.client
+
+
+# What makes a test need servers or processes: a fixture that starts one, or a module that does
+# (a harness, a subprocess, a server of its own). Every other test is `pure` (`make test-fast`).
+SERVER_FIXTURES = frozenset({
+    "dev_env", "dev_client", "time_skipping_env", "fresh_time_skipping_env", "substrate", "fleet_activities",
+    "postgres_server", "postgres_url",
+})
+_STARTS_SERVERS = re.compile(
+    r"start_local|start_time_skipping|WorkflowEnvironment|serve_in_thread|subprocess|run_process|"
+    r"conductor_command|_harness|Replayer|chromium|npm|temporal_cli|ThreadingHTTPServer|uvicorn"
+)
+
+
+@functools.cache
+def _module_starts_servers(path: str) -> bool:
+    return bool(_STARTS_SERVERS.search(Path(path).read_text(errors="replace")))
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        fixtures = set(getattr(item, "fixturenames", ()))
+        server = fixtures & SERVER_FIXTURES or "postgres" in item.nodeid or _module_starts_servers(str(item.path))
+        if not server:
+            item.add_marker(pytest.mark.pure)
 
 
 _session_exit_status = 0

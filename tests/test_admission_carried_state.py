@@ -5,6 +5,7 @@ from __future__ import annotations
 import uuid
 from datetime import datetime, timedelta, timezone
 
+import pytest
 from temporalio.contrib.pydantic import pydantic_data_converter
 
 from workflows.admission import codec, engine
@@ -13,6 +14,7 @@ from workflows.admission.model import AdmissionPolicy, AdmissionRequest, Submit
 from workflows.admission.workflow import carried_state
 
 
+@pytest.mark.slow
 def test_carried_state_with_10000_queued_mission_requests_is_under_1_mb() -> None:
     policy = AdmissionPolicy(max_concurrent=50, runtime_quotas={"host": 50})
     state = engine.new_state(policy)
@@ -41,6 +43,7 @@ def test_carried_state_with_10000_queued_mission_requests_is_under_1_mb() -> Non
     assert carried_requesters == requesters
 
 
+@pytest.mark.slow
 def test_a_burst_of_30000_submitted_requests_carried_in_the_inbox_stays_under_the_payload_limit() -> None:
     """Signals that arrive while a run hands over are carried: a burst of submits must not make
     continue-as-new fail (it would fail on every retry, and the singleton would be stuck)."""

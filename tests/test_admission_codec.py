@@ -10,6 +10,7 @@ requester's id a prefix of the request id, the request id inside the requester's
 
 from __future__ import annotations
 
+import os
 from datetime import timedelta
 from typing import Any
 
@@ -88,7 +89,8 @@ def assert_carried(state: engine.EngineState, requesters: dict[str, str]) -> Non
     assert engine.snapshot(carried) == engine.snapshot(original)
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=int(os.environ.get("CONDUCTOR_PROPERTY_EXAMPLES", "150")), deadline=None,
+          suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data(), profile=st.sampled_from(PROFILES))
 def test_format_3_carries_every_record_field_and_the_requester_map(data: st.DataObject, profile) -> None:
     policy, steps = data.draw(traces(profile))
@@ -166,6 +168,7 @@ def test_a_blob_of_an_unknown_format_is_refused_naming_the_formats_read() -> Non
     assert str(refused.value) == "unknown admission state format 9; expected one of (1, 2, 3)"
 
 
+@pytest.mark.slow
 def test_100000_held_mission_leases_carry_under_the_sdks_512_kib_warning() -> None:
     """Format 3 measured 416,862 bytes for this state (4.2 a lease); format 2 carried it in 2,075,041,
     99% of the server's 2 MiB limit (bench/admission_carried.py). 512 KiB is the Python SDK's

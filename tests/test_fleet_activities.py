@@ -22,7 +22,6 @@ from workflows.workload.messages import (
     DispatchTask,
     DispatchAndRead,
     ObserveWorkload,
-    Reconcile,
     RuntimeIdentityUpdate,
     TaskDispatch,
     TaskRef,
@@ -348,14 +347,6 @@ async def test_watch_gives_up_after_max_wait_and_honours_cancellation(fleet_acti
     env.cancel()
     with pytest.raises(asyncio.CancelledError):
         await asyncio.wait_for(watch, 5)
-
-
-async def test_reconcile_classifies_from_the_stored_state(fleet_activities: FleetActivities):
-    child = new_child("rec")
-    await admitted(fleet_activities, child)
-    result = await run(fleet_activities.reconcile, Reconcile(child_ids=[child, "never-admitted-" + child]))
-    rows = {row.child_id: row.classification for row in result.report.rows}
-    assert rows == {child: "re-adopted", "never-admitted-" + child: "unknown"}
 
 
 async def test_admit_and_dispatch_returns_a_rejected_task_as_a_refusal(fleet_activities: FleetActivities, substrate: RunningSubstrate):

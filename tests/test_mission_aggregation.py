@@ -7,6 +7,7 @@ arrive in, the child ends where applying them sorted by revision puts it.
 
 from __future__ import annotations
 
+import os
 from datetime import datetime, timedelta, timezone
 from typing import Any, get_args
 
@@ -17,6 +18,8 @@ from hypothesis import strategies as st
 from workflows.admission.messages import Backpressure as AdmissionBackpressure
 from workflows.contract import Artifact, Backpressure, Health, Lineage, ObservedState, WorkloadKind
 from workflows.mission.aggregation import (
+    Tally,
+    verdict_rule,
     AttemptStart,
     ReviewNotAccepted,
     aggregate,
@@ -796,7 +799,7 @@ def child_histories(draw: st.DrawFn) -> tuple[str, list[ChildObservation]]:
     return kind, order
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=int(os.environ.get("CONDUCTOR_PROPERTY_EXAMPLES", "300")), deadline=None)
 @given(child_histories())
 def test_any_arrival_order_ends_in_the_state_of_the_highest_revision(
     history: tuple[str, list[ChildObservation]],
@@ -889,7 +892,7 @@ def batch_folds(draw: st.DrawFn) -> tuple[MissionSpec, list[tuple[str, list[Any]
     return spec, draw(st.lists(batch, min_size=1, max_size=6))
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=int(os.environ.get("CONDUCTOR_PROPERTY_EXAMPLES", "300")), deadline=None)
 @given(batch_folds())
 def test_a_batch_folds_to_the_ledger_of_its_changes_folded_one_call_each(
     case: tuple[MissionSpec, list[tuple[str, list[Any]]]],
@@ -935,3 +938,35 @@ def test_folding_a_batch_that_changes_nothing_returns_the_same_ledger() -> None:
     ledger = apply_observation(initial_ledger(spec), spec, observation("child-a", 2, "running"))
     assert apply_observations(ledger, spec, [observation("child-a", 2, "running")]) is ledger  # redelivered
     assert start_attempts(ledger, []) is ledger
+
+
+REVIEWS = st.none() | st.builds(
+    ReviewDecision, decision=st.sampled_from(["approve", "reject"]), operator=st.just("ops"), reason=st.just("checked"),
+    decided_at=st.just(datetime(2026, 1, 1, tzinfo=timezone.utc)),
+)
+
+
+@settings(max_examples=int(os.environ.get("CONDUCTOR_PROPERTY_EXAMPLES", "300")), deadline=None)
+@given(
+    mode=st.sampled_from(["all-pass", "fail-fast", "quorum", "best-output", "manual-review"]),
+    counts=st.tuples(*(st.integers(0, 4) for _ in range(4))).filter(lambda c: sum(c) > 0),
+    with_output=st.integers(0, 4),
+    required=st.integers(1, 4),
+    review=REVIEWS,
+)
+def test_the_verdict_rule_decides_from_counts_alone_and_stays_decided_as_children_settle(
+    mode, counts, with_output, required, review,
+):
+    """`_commit_each` asks whether a verdict is due from outcome counts, without outputs: the rule
+    must decide alike whatever the output count, and a decided verdict must stay decided when a
+    pending child settles either way (the verdict is monotone once due)."""
+    satisfied, failed, review_required, pending = counts
+    required_successes = min(required, sum(counts)) if mode == "quorum" else None
+    tally = Tally(satisfied, failed, review_required, pending, min(with_output, satisfied))
+    decided, _, _ = verdict_rule(mode, required_successes, tally, review)
+    silent, _, _ = verdict_rule(mode, required_successes, tally._replace(with_output=0), review)
+    assert (decided is None) == (silent is None)
+    if decided is not None and pending:
+        for settled in (tally._replace(pending=pending - 1, satisfied=satisfied + 1),
+                        tally._replace(pending=pending - 1, failed=failed + 1)):
+            assert verdict_rule(mode, required_successes, settled, review)[0] is not None

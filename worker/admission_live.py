@@ -30,7 +30,6 @@ from temporalio.service import RPCError, RPCStatusCode
 from activities.admission import set_policy_with_start
 from worker.connection import CLI_RETRY_CONFIG, Reconnect, TemporalUnreachable, connect
 from workflows.admission.messages import RESTORING, PolicyChange, admission_workflow_id
-from workflows.admission.model import AdmissionPolicy
 
 T = TypeVar("T")
 
@@ -161,26 +160,6 @@ class LiveAdmission:
         except RPCError as error:
             raise self._explain(error, "sending the policy change") from None
         return started, True
-
-    async def wait_for_policy(self, policy: AdmissionPolicy, within: float) -> bool:
-        """True once the workflow reports `policy` as current; False if it has not within `within` seconds."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + within
-        while True:
-            remaining = deadline - loop.time()
-            if remaining <= 0:
-                return False
-            try:
-                current = await self.query(
-                    "policy", result_type=AdmissionPolicy, timeout=timedelta(seconds=max(remaining, 0.5)),
-                )
-            except Unreachable:
-                raise
-            except LiveError:
-                current = None  # no worker has picked it up yet
-            if current == policy:
-                return True
-            await asyncio.sleep(min(0.1, max(0.0, deadline - loop.time())))
 
     def _explain(self, error: RPCError, doing: str, *, needs_worker: timedelta | None = None) -> LiveError:
         """`needs_worker`: the call waited this long for a worker to answer (a query)."""

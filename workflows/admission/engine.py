@@ -168,31 +168,9 @@ class Rec:
             requeue_attempts=self.requeue_attempts,
         )
 
-    @classmethod
-    def from_model(cls, record: AdmissionRecord) -> "Rec":
-        request = AdmissionRequest.model_construct(
-            **{name: getattr(record, name) for name in AdmissionRequest.model_fields}
-        )
-        rec = cls(request)
-        rec.state = record.state
-        rec.revision = record.revision
-        rec.reason = record.reason
-        rec.queue_deadline_us = _opt_micros(record.queue_deadline)
-        rec.admitted_us = _opt_micros(record.admitted_at)
-        rec.lease_expires_us = _opt_micros(record.lease_expires_at)
-        rec.lease_revision = record.lease_revision
-        rec.finished_us = _opt_micros(record.finished_at)
-        rec.preempted_by = record.preempted_by
-        rec.requeue_attempts = record.requeue_attempts
-        return rec
-
 
 def _opt_time(micros: int | None) -> datetime | None:
     return None if micros is None else from_micros(micros)
-
-
-def _opt_micros(moment: datetime | None) -> int | None:
-    return None if moment is None else to_micros(moment)
 
 
 @dataclass

@@ -55,7 +55,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any, NamedTuple
+from typing import Any, Literal, NamedTuple
 
 from workflows.admission.messages import Backpressure as AdmissionBackpressure
 from workflows.inbound import MAX_REFUSALS_KEPT, Refusal
@@ -310,7 +310,6 @@ def _commit_each(before: MissionLedger, changes: Iterable[tuple[str, ChildChange
         outcomes[new.outcome] += 1
         if not final and _verdict_due(before, outcomes):
             decided, reason, _, best = _evaluate(before.model_copy(update={"children": tuple(children)}))
-            assert decided is not None, "_verdict_due and _evaluate disagree"
             verdict_at = {"parent_state": decided, "verdict_reason": reason, "best_output": best}
             final = True
     if seq == before.snapshot_seq:
@@ -770,106 +769,155 @@ def _undecided_state(ledger: MissionLedger) -> ParentState:
     return "planning"
 
 
+class Tally(NamedTuple):
+    """How many children have each outcome, and how many satisfied ones produced output."""
+
+    satisfied: int
+    failed: int
+    review: int
+    pending: int
+    with_output: int = 0
+
+    @property
+    def children(self) -> int:
+        return self.satisfied + self.failed + self.review + self.pending
+
+
+# Which case of the rule decided (or left undecided) the verdict; `_evaluate` words each.
+Case = Literal[
+    "rejected", "approved-needs-review", "approved", "waiting", "awaiting-decision",
+    "needs-review", "best-output", "no-output", "unreachable", "met",
+]
+
+
+def verdict_rule(
+    mode: str, required_successes: int | None, tally: Tally, review: ReviewDecision | None,
+) -> tuple[VerdictState | None, Case, bool]:
+    """The verdict rule, the only one: what the children's outcomes call for under `mode`
+    (None while undecided), the case that decided it, and whether completion is eligible.
+
+    Whether a verdict is due never depends on `with_output` (a best-output mission with nothing
+    pending is decided either way), so `_commit_each` asks with outcome counts alone."""
+    t = tally
+    if mode == "manual-review":
+        eligible = not t.pending and not t.review
+        if review is not None:
+            if review.decision == "reject":
+                return "failed", "rejected", eligible
+            if t.review:
+                return "operator-review-required", "approved-needs-review", eligible
+            return "completed", "approved", eligible
+        return None, "waiting" if t.pending else "awaiting-decision", eligible
+    if mode == "best-output":
+        eligible = not t.pending and not t.review and t.with_output > 0
+        if t.pending:
+            return None, "waiting", eligible
+        if t.review:
+            return "operator-review-required", "needs-review", eligible
+        return ("completed", "best-output", eligible) if t.with_output else ("failed", "no-output", eligible)
+    # all-pass, fail-fast, quorum: a count of satisfied children
+    k = required_successes or t.children
+    eligible = t.satisfied >= k and not t.review
+    if t.satisfied + t.pending + t.review < k:
+        return "failed", "unreachable", eligible
+    if eligible:
+        return "completed", "met", eligible
+    if not t.pending:
+        return "operator-review-required", "needs-review", eligible
+    return None, "waiting", eligible
+
+
 def _evaluate(ledger: MissionLedger) -> tuple[VerdictState | None, str, bool, ChosenOutput | None]:
-    """The verdict the children call for now (ignoring stickiness), its reason, eligibility, best output."""
+    """The verdict the children call for now (ignoring stickiness, `verdict_rule`), its reason in
+    words, eligibility, and the best output."""
     summary = ledger.aggregation
     mode = summary.mode
     sat, failed, review, pending = (
         [c for c in ledger.children if c.outcome == outcome]
         for outcome in ("satisfied", "failed", "review-required", "pending")
     )
+    tally = Tally(len(sat), len(failed), len(review), len(pending), sum(1 for c in sat if c.output))
+    decided, case, eligible = verdict_rule(mode, summary.required_successes, tally, ledger.review)
+    best = _best(sat) if mode == "best-output" else None
+    return decided, _reason(ledger, case, sat, failed, review, pending, best), eligible, best
+
+
+def _reason(
+    ledger: MissionLedger,
+    case: Case,
+    sat: list[ChildLedger],
+    failed: list[ChildLedger],
+    review: list[ChildLedger],
+    pending: list[ChildLedger],
+    best: ChosenOutput | None,
+) -> str:
+    """The words for the case `verdict_rule` found."""
+    mode = ledger.aggregation.mode
     n = len(ledger.children)
     waiting = f"waiting for {len(pending)} of {n} children: {_phrases(pending)}"
     review_needed = f"{_phrases(review)}: operator review required"
-
-    if mode == "manual-review":
-        eligible = not pending and not review
-        decision = ledger.review
-        if decision is not None:
-            by_whom = f"{decision.operator} at {decision.decided_at.isoformat()}: {decision.reason}"
-            if decision.decision == "reject":
-                return "failed", f"rejected by {by_whom}", eligible, None
-            if review:
-                return (
-                    "operator-review-required",
-                    f"approved by {by_whom}; but {review_needed} (never counts as success, not even approved)",
-                    eligible,
-                    None,
-                )
-            return "completed", f"approved by {by_whom}", eligible, None
-        if pending:
-            return None, waiting, eligible, None
+    k = ledger.aggregation.required_successes or n
+    counted = f"quorum {len(sat)}/{n} (needs {k})"
+    decision = ledger.review
+    by_whom = f"{decision.operator} at {decision.decided_at.isoformat()}: {decision.reason}" if decision else ""
+    if case == "rejected":
+        return f"rejected by {by_whom}"
+    if case == "approved-needs-review":
+        return f"approved by {by_whom}; but {review_needed} (never counts as success, not even approved)"
+    if case == "approved":
+        return f"approved by {by_whom}"
+    if case == "awaiting-decision":
         tally = f"{len(sat)} satisfied, {len(failed)} failed, {len(review)} need review"
         note = f"; {review_needed}, so approving cannot complete it" if review else ""
-        awaiting = f"all {n} children settled ({tally}): awaiting an operator decision (approve or reject){note}"
-        return None, awaiting, eligible, None
-
-    if mode == "best-output":
-        best = _best(sat)
-        eligible = not pending and not review and best is not None
-        if pending:
-            lead = f"; best so far {best.child_id} ({best.score} characters)" if best else ""
-            prefix = f"{review_needed} once the others settle; " if review else ""
-            return None, prefix + waiting + lead, eligible, best
-        if review:
-            return "operator-review-required", review_needed, eligible, best
-        if best is not None:
-            with_output = sum(1 for c in sat if c.output)
-            return (
-                "completed",
-                f"best output from {best.child_id} ({best.score} characters) among {with_output} satisfied "
-                f"{'child' if with_output == 1 else 'children'} with output",
-                eligible,
-                best,
-            )
+        return f"all {n} children settled ({tally}): awaiting an operator decision (approve or reject){note}"
+    if case == "best-output":
+        assert best is not None
+        with_output = sum(1 for c in sat if c.output)
+        return (
+            f"best output from {best.child_id} ({best.score} characters) among {with_output} satisfied "
+            f"{'child' if with_output == 1 else 'children'} with output"
+        )
+    if case == "no-output":
         silent = [c.child_id for c in sat]
         parts = [f"{_names(silent)} satisfied without output"] if silent else []
         if failed:
             parts.append(_phrases(failed))
-        return "failed", f"no satisfied child produced output ({'; '.join(parts)})", eligible, None
-
-    # all-pass, fail-fast, quorum: a count of satisfied children
-    k = summary.required_successes or n
-    eligible = len(sat) >= k and not review
-    counted = f"quorum {len(sat)}/{n} (needs {k})" if mode == "quorum" else ""
-    if len(sat) + len(pending) + len(review) < k:
+        return f"no satisfied child produced output ({'; '.join(parts)})"
+    if case == "unreachable":
         if mode == "quorum":
             possible = len(sat) + len(pending) + len(review)
-            reason = f"{counted} unreachable: at most {possible} of {n} children can still succeed ({_phrases(failed)})"
-        elif mode == "fail-fast":
+            return f"{counted} unreachable: at most {possible} of {n} children can still succeed ({_phrases(failed)})"
+        if mode == "fail-fast":
             siblings = [c.child_id for c in ledger.children if _is_live(c)]
             cancel = f" and cancels {_names(siblings)}" if siblings else ""
-            reason = f"{_phrases(failed)}: fail-fast stops the mission{cancel}"
-        else:
-            reason = f"{_phrases(failed)}: all-pass needs every child satisfied"
-        return "failed", reason, eligible, None
-    if eligible:
+            return f"{_phrases(failed)}: fail-fast stops the mission{cancel}"
+        return f"{_phrases(failed)}: all-pass needs every child satisfied"
+    if case == "met":
         if mode == "quorum":
-            met = f"quorum {len(sat)}/{n} met (needs {k}): {_names([c.child_id for c in sat])} satisfied"
-            return "completed", met, eligible, None
-        return "completed", f"all {n} children satisfied", eligible, None
-    if not pending:
+            return f"quorum {len(sat)}/{n} met (needs {k}): {_names([c.child_id for c in sat])} satisfied"
+        return f"all {n} children satisfied"
+    if case == "needs-review":
         short = f"; {counted} counts only satisfied children" if mode == "quorum" and len(sat) < k else ""
-        return "operator-review-required", review_needed + short, eligible, None
+        return review_needed + short
+    # waiting
+    if mode == "manual-review":
+        return waiting
+    if mode == "best-output":
+        lead = f"; best so far {best.child_id} ({best.score} characters)" if best else ""
+        prefix = f"{review_needed} once the others settle; " if review else ""
+        return prefix + waiting + lead
     parts = [review_needed + " once the others settle"] if review else []
     if mode == "quorum":
         parts.append(counted + (f", {_phrases(failed)}" if failed else ""))
     parts.append(waiting)
-    return None, "; ".join(parts), eligible, None
+    return "; ".join(parts)
 
 
 def _verdict_due(ledger: MissionLedger, outcomes: Counter[str]) -> bool:
-    """Whether `_evaluate` decides, for `ledger`'s mode and review with children of these outcome
-    counts: the same conditions, read off counts instead of the children (see the module docstring)."""
+    """Whether `verdict_rule` decides for `ledger`'s mode and review with children of these outcome counts."""
+    tally = Tally(outcomes["satisfied"], outcomes["failed"], outcomes["review-required"], outcomes["pending"])
     summary = ledger.aggregation
-    pending, review = outcomes["pending"], outcomes["review-required"]
-    if summary.mode == "manual-review":
-        return ledger.review is not None
-    if summary.mode == "best-output":
-        return not pending
-    satisfied = outcomes["satisfied"]
-    k = summary.required_successes or len(ledger.children)
-    return satisfied + pending + review < k or (satisfied >= k and not review) or not pending
+    return verdict_rule(summary.mode, summary.required_successes, tally, ledger.review)[0] is not None
 
 
 def _settle(ledger: MissionLedger) -> MissionLedger:

@@ -2,7 +2,7 @@
 
 Pure: the MissionWorkflow asks `judge` once an attempt has ended, with why the mission stopped
 it (if it did) and the attempt's last observation, and records the answer in the ledger
-(`workflows.mission.aggregation.retry_child`).
+(`workflows.mission.aggregation.judge_attempt`).
 
 The rules (docs/mission-spec.md, "Attempts and the retry budget"):
 - a lease timeout (the admission engine requeued the request after its lease expired, or the

@@ -15,7 +15,6 @@ from workflows.admission.model import Identifier
 from workflows.ids import ATTEMPT_SEPARATOR, MAX_ATTEMPT_NUMBER, attempt_child_id
 from workflows.contract import (
     IsolationKind,
-    ReconciliationReport,
     WorkloadKind,
     WorkloadRecord,
     WorkloadStatus,
@@ -34,7 +33,6 @@ WATCH_WORKLOAD = "watch_workload"
 DISPATCH_TASK = "dispatch_task"
 READ_OUTPUT = "read_output"
 CANCEL_TASK = "cancel_task"
-RECONCILE = "reconcile"
 RUN_VERIFIER = "run_verifier"
 
 WORKLOAD_WORKFLOW = "WorkloadWorkflow"
@@ -118,15 +116,6 @@ class WatchWorkload(_Message):
     poll_interval_seconds: float = Field(default=1.0, gt=0)
     # The activity returns the unchanged record after this long so that no activity runs forever.
     max_wait_seconds: float = Field(default=300.0, gt=0)
-
-
-class Reconcile(_Message):
-    child_ids: list[str] = Field(min_length=1)
-    before_revision: int = Field(default=0, ge=0)
-
-
-class ReconcileResult(_Message):
-    report: ReconciliationReport
 
 
 # --- executor tasks -------------------------------------------------------------------------
