@@ -18,7 +18,7 @@ from tests.substrate_fixtures import substrate, substrate_tasks  # noqa: F401  (
 from worker.cli import run as run_cli
 from worker.mission_control import parse_spec
 from workflows.ids import mission_workflow_id
-from workflows.mission.workflow import SNAPSHOT_INTERVAL
+from workflows.mission.snapshots import SNAPSHOT_INTERVAL
 from workflows.workload.client import workload_workflow_id
 from workflows.workload.record import fleet_child_id
 

@@ -11,7 +11,7 @@ from workflows.admission.model import OperatorName
 from workflows.ids import admission_request_id, mission_workflow_id  # noqa: F401 (defined once there)
 from workflows.inbound import Refused, argument, describe
 from workflows.limits import MAX_REVIEW_REASON_CHARS
-from workflows.mission.attempts import AttemptStop
+from workflows.mission.children import ChildRun
 from workflows.mission.executor_v1 import ExecutorDispatch, is_dispatch
 from workflows.mission.ledger import MissionLedger
 from workflows.mission.observation import ChildObservation
@@ -37,22 +37,10 @@ class MissionCarry(BaseModel):
 
     ledger: MissionLedger
     assignments: dict[str, Assignment]
-    started: list[str]
-    running: list[str]
-    ended: list[str]
-    released: list[str]
+    children: list[ChildRun]  # where each routed child stands (workflows.mission.children)
     observations: list[ChildObservation]  # arrived, not folded yet
     written_seq: int
     admission: RequesterCarry
-    # Attempts (workflows.mission.attempts): each child's admission request when it is not its
-    # first attempt's, why the mission stopped an attempt it awaits the end of, the count of
-    # lease interruptions each running attempt started under, and what is still to be done.
-    requests: dict[str, str] = Field(default_factory=dict)
-    stops: dict[str, AttemptStop] = Field(default_factory=dict)
-    marks: dict[str, int] = Field(default_factory=dict)
-    resubmit: list[str] = Field(default_factory=list)
-    withdraw: list[str] = Field(default_factory=list)
-    over: list[str] = Field(default_factory=list)
 
 
 class MissionInput(BaseModel):

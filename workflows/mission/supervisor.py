@@ -1,0 +1,474 @@
+"""The mission's supervisor: what one pass over a mission decides, with no Temporal in it.
+
+`MissionWorkflow` is the shell around it. It gathers what arrived since its last pass (signals
+from children, admission decisions, a timer, a review, a stop), asks `supervise` what to do, and
+does it: cancel workloads and requests, submit requests, start children, give leases back. The
+rules live here:
+
+- a child runs only under a current lease: one whose lease went (requeued after it expired,
+  displaced, preempted, or no longer provably current) is stopped, once, with why;
+- an attempt that ended is judged (`workflows.mission.attempts`): the child is done, runs again
+  as its next attempt (a preempted one under a request of its own, a gang's all together), or
+  its request, still alive, is withdrawn;
+- a child starts once its lease is current, at most `max_children_in_flight` at a time, never
+  twice for one attempt, and never after a stop or a cancellation was asked for;
+- a child that is done gives its lease back, once;
+- fail-fast cancels the live siblings; the verdict itself is the aggregation's
+  (`workflows.mission.aggregation.verdict_rule`).
+
+Every function takes the `MissionState`, changes it in place (the ledger through the pure
+aggregation functions) and returns the actions for the shell. `AdmissionView` is what the
+supervisor reads of the admission singleton's answers (`AdmissionClient` is one), so tests can
+drive it with plain data (tests/test_mission_supervisor.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Protocol
+
+from workflows.admission.messages import AdmissionDecision, Backpressure as AdmissionBackpressure
+from workflows.admission.model import LANE_OVERRIDE_POLICY, PREEMPTION_POLICY, REQUEUE_POLICY, AdmissionRequest
+from workflows.ids import ATTEMPT_SEPARATOR, admission_request_id, workload_workflow_id
+from workflows.mission import aggregation
+from workflows.mission.attempts import TAKEN_AWAY, AttemptStop, Judgement
+from workflows.mission.children import ChildRun, ChildRuns
+from workflows.mission.ledger import ChildAdmission, MissionLedger
+from workflows.mission.observation import ChildObservation, ends_workload
+from workflows.mission.planning import Assignment
+from workflows.mission.spec import ChildSpec, MissionSpec
+
+
+class AdmissionView(Protocol):
+    """What the supervisor reads of its requests' admission (workflows.admission.client)."""
+
+    @property
+    def decisions(self) -> Mapping[str, AdmissionDecision]: ...
+    @property
+    def interrupted(self) -> Mapping[str, AdmissionDecision]: ...
+    def interruptions(self, request_id: str) -> int: ...
+    def is_current(self, request_id: str) -> bool: ...
+    def state_of(self, request_id: str) -> str | None: ...
+    def held(self) -> list[str]: ...
+
+
+@dataclass
+class MissionState:
+    """Everything the supervisor decides from; continue-as-new carries all but `observations`'s
+    folded part (workflows.mission.messages.MissionCarry)."""
+
+    spec: MissionSpec
+    ledger: MissionLedger
+    max_children_in_flight: int
+    assignments: dict[str, Assignment] = field(default_factory=dict)
+    children: ChildRuns = field(default_factory=ChildRuns)
+    observations: list[ChildObservation] = field(default_factory=list)  # arrived, not folded yet
+    stop_requested: bool = False
+    _specs: dict[str, ChildSpec] = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self._specs = {child.child_id: child for child in self.spec.children}
+
+    def child_spec(self, child_id: str) -> ChildSpec:
+        return self._specs[child_id]
+
+    def workload_id(self, child_id: str) -> str:
+        """The workflow id of the child's current attempt."""
+        return workload_workflow_id(self.spec.mission_id, child_id, self.ledger.child(child_id).attempt)
+
+
+# --- actions: what the shell does ------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Cancel:
+    """Cancel these children's workloads (by workflow id: a long-lived one has continued as new)
+    and withdraw these requests from the queue."""
+
+    workloads: list[str]
+    requests: list[str]
+    why: str
+
+
+@dataclass(frozen=True)
+class Submit:
+    requests: list[AdmissionRequest]
+
+
+@dataclass(frozen=True)
+class Start:
+    """Start these children's current attempts (already in the ledger and `running`)."""
+
+    child_ids: list[str]
+
+
+@dataclass(frozen=True)
+class Release:
+    """Give these leases back, unconfirmed."""
+
+    request_ids: list[str]
+
+
+@dataclass(frozen=True)
+class Note:
+    """A line for the workflow's log."""
+
+    text: str
+
+
+Action = Cancel | Submit | Start | Release | Note
+
+
+# --- planning ----------------------------------------------------------------------------------
+
+
+def route(state: MissionState, assignments: dict[str, Assignment], unroutable: Mapping[str, str], now: datetime) -> Submit | None:
+    """The planner's answer: routed children wait for admission (one request each, a gang in gang
+    mode); the others need an operator (`operator-review-required`, why in the note)."""
+    spec = state.spec
+    state.assignments = dict(assignments)
+    state.children = ChildRuns(
+        ChildRun(child_id=child.child_id, request_id=admission_request_id(spec.mission_id, child.child_id))
+        for child in spec.children if child.child_id in assignments
+    )
+    for child_id, why in unroutable.items():
+        child = state.child_spec(child_id)
+        state.ledger = aggregation.apply_observation(state.ledger, spec, ChildObservation(
+            child_id=child_id, kind=child.kind, revision=0, observed_state="operator-review-required",
+            observed_at=now, note=f"unroutable: {why}",
+        ))
+    if not state.children:
+        return None
+    return Submit(admission_requests(state, [run.child_id for run in state.children], gang=spec.mission_id, now=now))
+
+
+def admission_requests(state: MissionState, child_ids: list[str], *, gang: str, now: datetime) -> list[AdmissionRequest]:
+    """One request per child, under the child's current request id; in gang mode the requests
+    are one gang, named `gang` (docs/mission-spec.md, "admission")."""
+    spec = state.spec
+    ganged = spec.admission.mode == "gang"
+    return [
+        AdmissionRequest(
+            request_id=state.children[child.child_id].request_id,
+            orchestrator_id=spec.orchestrator_id,
+            environment=child.environment,
+            provider=child.provider,
+            runtime_kind=child.runtime_kind,
+            priority=child.priority,
+            submitted_at=now,
+            queue_timeout_seconds=child.queue_timeout_seconds,
+            preemptible=child.preemptible,
+            lane=child.lane,
+            priority_class=child.priority_class,
+            gang_id=gang if ganged else None,
+            gang_size=len(child_ids) if ganged else None,
+        )
+        for child in (state.child_spec(child_id) for child_id in child_ids)
+    ]
+
+
+# --- folding what arrived ----------------------------------------------------------------------
+
+
+def fold(state: MissionState, admission: AdmissionView) -> None:
+    """Fold the new admission decisions and the observations that arrived into the ledger.
+    Each decision once: folding a hundred unchanged decisions again (each aggregating the whole
+    ledger) was the largest part of a pass; the new ones go as one batch."""
+    new: list[tuple[str, ChildAdmission, AdmissionBackpressure | None]] = []
+    for run in state.children:
+        decision = admission.decisions.get(run.request_id)
+        if decision is None or run.folded is decision:
+            continue
+        run.folded = decision
+        admission_now = ChildAdmission(
+            request_id=decision.request_id, state=decision.state, lease_revision=decision.lease_revision,
+            revision=decision.revision, reason=decision.reason,
+        )
+        new.append((run.child_id, admission_now, decision.backpressure))
+    if new:
+        state.ledger = aggregation.apply_admissions(state.ledger, new)
+    fold_observations(state)
+
+
+def fold_observations(state: MissionState) -> None:
+    observations, state.observations = state.observations, []
+    if observations:
+        state.ledger = aggregation.apply_observations(state.ledger, state.spec, observations)
+
+
+def observed(state: MissionState, observation: ChildObservation) -> None:
+    """A child's observation arrived (by signal). A child an earlier run started ends with its
+    last observation: this run has no handle to await for it."""
+    state.observations.append(observation)
+    if observation.attempt == state.ledger.child(observation.child_id).attempt:
+        note_if_ended(state, observation.child_id, observation.observed_state)
+
+
+def note_if_ended(state: MissionState, child_id: str, observed_state: str) -> None:
+    run = state.children[child_id] if child_id in state.children else None
+    if run is not None and run.phase == "running" and not run.followed and ends_workload(observed_state):
+        run.phase = "over"
+
+
+def handle_ended(state: MissionState, child_id: str) -> None:
+    """The workload this run started has ended (its handle resolved)."""
+    run = state.children[child_id]
+    run.phase, run.followed = "over", False
+
+
+def record_unknown(state: MissionState, child_id: str, note: str, now: datetime) -> Note:
+    """A child that ended without a last word is `unknown` (failing closed): the ledger must not
+    wait for it."""
+    child = state.ledger.child(child_id)
+    state.ledger = aggregation.apply_observation(state.ledger, state.spec, ChildObservation(
+        child_id=child_id, attempt=child.attempt, kind=child.kind, revision=(child.revision or 0) + 1,
+        observed_state="unknown", observed_at=now, lineage=child.lineage, note=note,
+    ))
+    return Note(f"workload {child_id}: {note}")
+
+
+def gone_silent(state: MissionState, child_ids: list[str], now: datetime) -> list[Action]:
+    """Running children an earlier run started whose workflows no longer run (terminated or
+    failed before their last word): `unknown`, and done."""
+    notes: list[Action] = []
+    for child_id in child_ids:
+        notes.append(record_unknown(
+            state, child_id, "the workload ended without a last observation (terminated or failed): check its runtime task", now,
+        ))
+        state.children[child_id].phase = "done"
+    return notes
+
+
+# --- the pass ----------------------------------------------------------------------------------
+
+
+def supervise(state: MissionState, admission: AdmissionView, now: datetime) -> list[Action]:
+    """One pass: fold what arrived, judge the attempts that ended, then act on the ledger."""
+    fold(state, admission)
+    actions: list[Action] = settle(state, admission)
+    cancel = aggregation.children_to_cancel(state.ledger, state.spec)
+    if cancel:
+        state.ledger = aggregation.mark_cancel_requested(state.ledger, cancel)
+        actions.append(cancel_children(state, cancel, why="fail-fast: a sibling failed"))
+    lost = leases_gone(state, admission)
+    withdraw = state.children.ids("withdrawing")  # given up before they ran again: their requests go
+    if lost or withdraw:
+        actions.append(cancel_children(state, lost + withdraw, why="admission lease lost"))
+    resubmit = [run.child_id for run in state.children if run.resubmit]
+    if resubmit and not state.stop_requested and not gang_still_stopping(state):
+        actions.append(submit_again(state, sorted(resubmit), now))
+    ready = startable(state, admission)
+    if ready:
+        actions.append(start(state, ready, admission))
+    release = release_ended(state, admission)
+    if release is not None:
+        actions.append(release)
+    return actions
+
+
+def cancel_children(state: MissionState, child_ids: list[str], why: str) -> Cancel:
+    """Running children get their workloads cancelled; those not started, their requests
+    withdrawn (so they are never admitted), and they are done."""
+    workloads = [cid for cid in child_ids if state.children.phase_of(cid) == "running"]
+    waiting = [cid for cid in child_ids if state.children.phase_of(cid) in ("waiting", "withdrawing")]
+    for child_id in waiting:
+        state.children[child_id].phase = "done"
+    return Cancel(
+        workloads=[state.workload_id(cid) for cid in workloads],
+        requests=[state.children[cid].request_id for cid in waiting],
+        why=why,
+    )
+
+
+def leases_gone(state: MissionState, admission: AdmissionView) -> list[str]:
+    """Running attempts whose lease is gone (running without one is forbidden): noted with why,
+    once each, for the caller to stop. Gone: the engine took it away (requeued after it expired,
+    displaced, preempted; perhaps already granted again, as a new lease), or it is no longer
+    provably current."""
+    gone = []
+    for run in state.children.in_phase("running"):
+        if run.stop is not None:
+            continue  # being stopped already
+        stop: AttemptStop | None = None
+        if admission.interruptions(run.request_id) != run.mark:
+            stop = stop_by(admission.interrupted[run.request_id])
+        elif not admission.is_current(run.request_id):
+            decision = admission.decisions.get(run.request_id)
+            known = decision.state if decision is not None else "unknown"
+            stop = stop_by(decision) if known == "preempted" and decision is not None else AttemptStop(
+                kind="lapsed", policy=REQUEUE_POLICY,
+                reason="lease expired" if known == "admitted" else f"lease lost (admission {known})",
+            )
+        if stop is not None:
+            run.stop = stop
+            state.ledger = aggregation.mark_stopping(state.ledger, run.child_id, stop.reason)
+            gone.append(run.child_id)
+    return sorted(gone)
+
+
+def settle(state: MissionState, admission: AdmissionView) -> list[Action]:
+    """Judge every attempt that has ended (workflows.mission.attempts): the child is done, or
+    goes on as its next attempt, which starts once its lease is current."""
+    notes: list[Action] = []
+    for child_id in state.children.ids("over"):
+        note = _attempt_over(state, state.children[child_id], admission)
+        if note is not None:
+            notes.append(note)
+    return notes
+
+
+def _attempt_over(state: MissionState, run: ChildRun, admission: AdmissionView) -> Note | None:
+    child_id, stop = run.child_id, run.stop
+    run.stop = None
+    child = state.ledger.child(child_id)
+    closing = state.stop_requested or state.ledger.cancellation is not None or child.cancel_requested
+    judgement = aggregation.judge_attempt(child, stop, state.child_spec(child_id).budgets.max_attempts)
+    request_state = admission.state_of(run.request_id)
+    if judgement.retry and stop is not None and stop.kind not in TAKEN_AWAY and request_state not in ("queued", "admitted"):
+        # The engine has ended the request (out of requeue attempts, ADR-004): nothing to run again under.
+        judgement = Judgement(False, True, f"{stop.reason}; the admission request ended {request_state}")
+    if closing or not judgement.retry:
+        if stop is not None or child.stopping is not None:
+            state.ledger = aggregation.close_attempt(
+                state.ledger, child_id, why=judgement.why, retry=False, counts=judgement.counts,
+                interrupted_by=stop.interrupted_by if stop else None, policy=stop.policy if stop else None,
+                lease_timeout=stop is not None and not closing and stop.kind not in TAKEN_AWAY,
+            )
+            if stop is not None and not closing and request_state in ("queued", "admitted"):
+                run.phase = "withdrawing"  # its request lives on (requeued): never to be admitted again
+                return None
+        run.phase = "done"
+        return None
+    admission_now = None
+    if stop is not None and stop.kind == "preempted":
+        # Its request has ended: the next attempt is admitted under a request of its own.
+        run.request_id = admission_request_id(state.spec.mission_id, child_id, child.attempt + 1)
+        run.resubmit = True
+        admission_now = ChildAdmission(request_id=run.request_id)
+    state.ledger = aggregation.close_attempt(
+        state.ledger, child_id, why=judgement.why, retry=True, counts=judgement.counts,
+        interrupted_by=stop.interrupted_by if stop else None, policy=stop.policy if stop else None,
+        admission=admission_now,
+    )
+    run.phase = "waiting"
+    return Note(f"workload {child_id} attempt {child.attempt}: {judgement.why}")
+
+
+def gang_still_stopping(state: MissionState) -> bool:
+    """A gang is preempted whole and admitted again whole: its new requests go together, once
+    every member's preempted attempt has ended."""
+    return state.spec.admission.mode == "gang" and any(
+        run.stop is not None and run.stop.kind == "preempted" for run in state.children
+    )
+
+
+def submit_again(state: MissionState, child_ids: list[str], now: datetime) -> Submit:
+    """Preempted children go back to admission as new requests (their old ones have ended)."""
+    for child_id in child_ids:
+        state.children[child_id].resubmit = False
+    attempt = max(state.ledger.child(child_id).attempt for child_id in child_ids)
+    return Submit(admission_requests(state, child_ids, gang=f"{state.spec.mission_id}{ATTEMPT_SEPARATOR}{attempt}", now=now))
+
+
+def startable(state: MissionState, admission: AdmissionView) -> list[str]:
+    """Children to start now: waiting, not cancelled, their lease current, within the room left."""
+    if state.stop_requested:
+        return []  # stopping: what was admitted is given back, never started
+    room = state.max_children_in_flight - len(state.children.ids("running"))
+    ready = [
+        run.child_id for run in state.children.in_phase("waiting")
+        if not run.resubmit
+        and not state.ledger.child(run.child_id).cancel_requested
+        and admission.is_current(run.request_id)
+    ]
+    return ready[: max(0, room)]
+
+
+def start(state: MissionState, child_ids: list[str], admission: AdmissionView) -> Start:
+    """In the ledger and `running` before the shell starts them: their observations name them."""
+    attempts = {child.child_id: child.attempt for child in state.ledger.children}
+    starts = []
+    for child_id in child_ids:
+        run = state.children[child_id]
+        decision = admission.decisions.get(run.request_id)
+        lease_revision = decision.lease_revision if decision is not None else 0
+        starts.append(aggregation.AttemptStart(child_id, attempts[child_id], run.request_id, lease_revision))
+        run.mark = admission.interruptions(run.request_id)
+        run.phase, run.followed = "running", True
+    state.ledger = aggregation.start_attempts(state.ledger, starts)
+    return Start(child_ids)
+
+
+def release_ended(state: MissionState, admission: AdmissionView) -> Release | None:
+    """Leases of children that are done go back (once each) without confirmation: the admission
+    client records each release as it sends it (undone if no singleton takes it)."""
+    done = sorted((run for run in state.children.in_phase("done") if not run.released), key=lambda run: run.child_id)
+    if not done:
+        return None
+    held = set(admission.held())
+    for run in done:
+        run.released = True
+    return Release([run.request_id for run in done if run.request_id in held])
+
+
+# --- reading the state -------------------------------------------------------------------------
+
+
+def waiting(state: MissionState, admission: AdmissionView) -> bool:
+    """Children that were routed but have neither ended nor been started yet."""
+    return any(
+        admission.state_of(run.request_id) in (None, "queued", "admitted")
+        for run in state.children.in_phase("waiting", "withdrawing")
+    )
+
+
+def finished(state: MissionState, admission: AdmissionView) -> bool:
+    """The verdict is final and no child runs or waits: the mission closes."""
+    return aggregation.is_final(state.ledger) and not state.children.ids("running") and not waiting(state, admission)
+
+
+def next_lease_expiry(state: MissionState, admission: AdmissionView, now: datetime) -> datetime | None:
+    """When to wake: at the earliest expiry of a running child's lease, to stop it if renewal
+    failed (no sooner than a second from now)."""
+    expiries = [
+        decision.lease_expires_at
+        for run in state.children.in_phase("running")
+        if (decision := admission.decisions.get(run.request_id)) is not None and decision.lease_expires_at is not None
+    ]
+    return max(now + timedelta(seconds=1), min(expiries)) if expiries else None
+
+
+def queued_text(state: MissionState, admission: AdmissionView, at_most: int = 5) -> str:
+    """Where the children waiting for admission stand, as of the singleton's last word on them."""
+    queued = [
+        (decision.position or 0, run.child_id, decision.binding_constraint)
+        for run in state.children.in_phase("waiting", "withdrawing")
+        if (decision := admission.decisions.get(run.request_id)) is not None and decision.state == "queued"
+    ]
+    if not queued:
+        return ""
+    shown = "; ".join(
+        f"{child_id} #{position} in the queue of admission:{state.spec.host_group}"
+        + (f", waiting on {constraint}" if constraint else "")
+        for position, child_id, constraint in sorted(queued)[:at_most]
+    )
+    more = f"; and {len(queued) - at_most} more" if len(queued) > at_most else ""
+    return f"; queued: {shown}{more}"
+
+
+def stop_by(decision: AdmissionDecision) -> AttemptStop:
+    """Why the engine took the lease away, from the decision that said so."""
+    by = decision.related_request_id
+    if "displaced" in decision.happened:
+        return AttemptStop(
+            kind="displaced", interrupted_by=by, policy=LANE_OVERRIDE_POLICY,
+            reason=f"displaced by {by or 'a higher-priority claim'} ({LANE_OVERRIDE_POLICY})",
+        )
+    if "preempted" in decision.happened or decision.state == "preempted":
+        return AttemptStop(
+            kind="preempted", interrupted_by=by, policy=PREEMPTION_POLICY,
+            reason=f"preempted by {by or 'a higher-priority request'} ({PREEMPTION_POLICY})",
+        )
+    return AttemptStop(kind="requeued", policy=REQUEUE_POLICY, reason="lease expired; requeued by the admission engine")
