@@ -1,8 +1,8 @@
 """AdmissionProbeWorkflow: a minimal requester that exercises the whole admission path.
 
-Operators use it to check a host group end to end (`what would my request get
-now, for real?`), the test-suite uses it as an independent requester, and the
-benchmarks use it as the unit of load. It submits its requests in one batch,
+The test-suite uses it as an independent requester workflow and the benchmarks as
+the unit of load (an operator checks a host group end to end with
+`conductor admission run -- true`, a holder: docs/admission-api.md). It submits its requests in one batch,
 waits for decisions, holds what it was given (renewing unless told not to),
 reacts to preemption or displacement, then gives everything back.
 """
@@ -60,7 +60,7 @@ class AdmissionProbeWorkflow:
     def __init__(self) -> None:
         self._finish = False
 
-    @workflow.signal(description="Operators (`conductor admission probe`): stop holding now, give everything back and return.")
+    @workflow.signal(description="Tests and benchmarks: stop holding now, give everything back and return.")
     def finish(self, *args: Any) -> None:
         """Stop holding now: give everything back and return."""
         try:
