@@ -46,7 +46,7 @@ from worker.worker import build_worker  # noqa: E402
 from workflows.admission.holders import HeldRequest  # noqa: E402
 from workflows.admission.messages import PolicyChange  # noqa: E402
 from workflows.admission.model import AdmissionPolicy  # noqa: E402
-from workflows.admission.probe import ProbeInput, ProbeRequest, ProbeResult  # noqa: E402
+from workflows.admission.probe import AdmissionProbeWorkflow, ProbeInput, ProbeRequest, ProbeResult  # noqa: E402
 from workflows.mission.search import SEARCH_ATTRIBUTES  # noqa: E402
 
 CONDUCTOR = [sys.executable, "-c", "from worker.cli import main; main()"]
@@ -142,7 +142,7 @@ async def main() -> None:
     try:
         with tempfile.TemporaryDirectory(prefix="holders-bench-") as scratch:
             config = WorkerConfig(data_dir=Path(scratch), task_queue=f"bench-{uuid.uuid4().hex[:8]}", admission_policy=policy)
-            async with build_worker(env.client, config):
+            async with build_worker(env.client, config, extra_workflows=[AdmissionProbeWorkflow]):
                 await set_policy_with_start(env.client, config.task_queue, HOST_GROUP, PolicyChange(operator="bench", policy=policy))
                 await wrapper_latency(env.client, args.runs, Path(scratch))
                 holders, workflows = [], []

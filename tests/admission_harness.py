@@ -15,7 +15,7 @@ from worker.config import WorkerConfig
 from worker.worker import build_worker
 from workflows.admission.messages import LeaseRow, QueueRow, admission_workflow_id
 from workflows.admission.model import AdmissionPolicy
-from workflows.admission.probe import ProbeInput, ProbeRequest, ProbeResult
+from workflows.admission.probe import AdmissionProbeWorkflow, ProbeInput, ProbeRequest, ProbeResult
 
 
 class Harness:
@@ -86,7 +86,7 @@ async def admission_harness(
     config = WorkerConfig(data_dir=tmp_path, task_queue=f"tq-{suffix}", admission_policy=policy)
     # A bug in workflow code fails the test's workflow at once instead of retrying the task forever.
     worker_options.setdefault("workflow_failure_exception_types", [Exception])
-    async with build_worker(client, config, extra_workflows=list(workflows_extra), **worker_options):
+    async with build_worker(client, config, extra_workflows=[AdmissionProbeWorkflow, *workflows_extra], **worker_options):
         harness = Harness(client, config, host_group=f"hg-{suffix}")
         try:
             yield harness

@@ -216,6 +216,7 @@ async def _replay_traced(history_paths: list[Path], sites: list[Site]) -> dict[S
 
     from tests.decision_sink import DecisionSinkWorkflow
     from worker.worker import WORKFLOWS
+    from workflows.admission.probe import AdmissionProbeWorkflow
 
     absolute = {str(ROOT / site.path) for site in sites}
     reached: dict[Site, list[str]] = {site: [] for site in sites}
@@ -224,7 +225,7 @@ async def _replay_traced(history_paths: list[Path], sites: list[Site]) -> dict[S
             # Threads made inside the tracer's reach, so the workflow code running on them is traced.
             with ThreadPoolExecutor(max_workers=1) as executor:
                 replayer = Replayer(
-                    workflows=[*WORKFLOWS, DecisionSinkWorkflow],
+                    workflows=[*WORKFLOWS, AdmissionProbeWorkflow, DecisionSinkWorkflow],
                     data_converter=DATA_CONVERTER,
                     workflow_task_executor=executor,
                 )

@@ -41,7 +41,7 @@ from worker.worker import build_worker
 from workflows.admission.holders import HeldRequest
 from workflows.admission.messages import PolicyChange, SubmitBatch, admission_workflow_id
 from workflows.admission.model import AdmissionPolicy, AdmissionRequest
-from workflows.admission.probe import ProbeInput, ProbeRequest
+from workflows.admission.probe import AdmissionProbeWorkflow, ProbeInput, ProbeRequest
 from workflows.mission.search import SEARCH_ATTRIBUTES
 from workflows.mission.spec import ChildSpec
 from workflows.workload.client import workload_workflow_id
@@ -124,7 +124,7 @@ async def record(client: Client, substrate: RunningSubstrate, scratch: Path) -> 
     broken = WorkerConfig(data_dir=scratch, task_queue=NO_EXECUTOR_QUEUE, admission_policy=POLICY, fleet_url=url, executor_url=dead)
     no_executor = FleetActivities(url, dead, FLEET_TOKEN, EXECUTOR_TOKEN)
     try:
-        async with build_worker(client, config, fleet=fleet, extra_workflows=[DecisionSinkWorkflow]), \
+        async with build_worker(client, config, fleet=fleet, extra_workflows=[AdmissionProbeWorkflow, DecisionSinkWorkflow]), \
                 build_worker(client, broken, fleet=no_executor):
             control = MissionControl(client, TASK_QUEUE)
             await asyncio.gather(

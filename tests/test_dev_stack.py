@@ -26,14 +26,17 @@ import httpx
 import pytest
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
 
+from activities.admission import set_policy_with_start
 from substrate.procs import alive, stat_fields
 from tests.cli_support import conductor_command
 from worker.binaries import temporal_cli
+from worker.lease import hold
 from worker.ports import PortInUse
 from worker.search_attributes import registered as registered_search_attributes
 from worker.stack import DevStack, StackError
-from workflows.admission.messages import admission_workflow_id
-from workflows.admission.probe import ProbeInput, ProbeRequest, ProbeResult
+from workflows.admission.holders import HeldRequest
+from workflows.admission.messages import LeaseRow, PolicyChange, admission_workflow_id
+from workflows.admission.model import AdmissionPolicy
 from workflows.mission.search import SEARCH_ATTRIBUTES
 from workflows.mission.spec import ChildSpec
 from workflows.workload.messages import WorkloadInput, WorkloadResult
@@ -96,15 +99,15 @@ async def history_text(handle: WorkflowHandle) -> str:
     return "\n".join([text, *decoded])
 
 
-async def run_probe(client: Client, task_queue: str, name: str) -> tuple[WorkflowHandle, ProbeResult]:
-    handle = await client.start_workflow(
-        "AdmissionProbeWorkflow",
-        ProbeInput(host_group="dev-stack", requests=[ProbeRequest(request_id=name)]),
-        id=f"probe:dev-stack:{name}",
-        task_queue=task_queue,
-        result_type=ProbeResult,
-    )
-    return handle, await asyncio.wait_for(handle.result(), 30)
+async def take_a_lease(client: Client, task_queue: str, name: str) -> None:
+    """A holder takes a lease on the stack's host group and gives it back: the stack's worker runs
+    the singleton (started by the operator's policy, as `conductor admission policy set` does)."""
+    await set_policy_with_start(client, task_queue, "dev-stack", PolicyChange(operator="dev-test", policy=AdmissionPolicy(max_concurrent=4)))
+    request = HeldRequest(request_id=name, orchestrator_id="dev-test")
+    async with hold(client, "dev-stack", request, holder="dev-test") as lease:
+        assert lease.decision.state == "admitted", lease.decision
+    singleton = client.get_workflow_handle(admission_workflow_id("dev-stack"))
+    assert await singleton.query("leases", result_type=list[LeaseRow]) == []
 
 
 async def run_echo(client: Client, task_queue: str, text: str) -> tuple[WorkflowHandle, WorkloadResult, str]:
@@ -162,14 +165,13 @@ async def test_stack_serves_runs_workflows_persists_and_leaves_no_process(tmp_pa
             wrong_plane = await http.get(instances_url, headers={"Authorization": f"Bearer {executor_token}"})
             assert wrong_plane.status_code == 403  # the executor token has the operator role, not admin
 
-        probe, result = await run_probe(stack.client, stack.task_queue, "first")
-        assert result.ever_admitted == ["first"] and result.final["first"].state == "released"
+        await asyncio.wait_for(take_a_lease(stack.client, stack.task_queue, "first"), 30)
         # The worker reached the substrate with the generated tokens, read from their files.
         workload, outcome, fleet_id = await run_echo(stack.client, stack.task_queue, "hello-from-dev")
         assert outcome.verdict == "satisfied" and outcome.observation.output == "hello-from-dev\n"
 
         admission = stack.client.get_workflow_handle(admission_workflow_id("dev-stack"))
-        for handle in (probe, admission, workload):
+        for handle in (admission, workload):
             text = await history_text(handle)
             assert all(token not in text for token in tokens)
         assert "hello-from-dev" in await history_text(workload)  # the search above does see payloads
@@ -187,8 +189,8 @@ async def test_stack_serves_runs_workflows_persists_and_leaves_no_process(tmp_pa
     # Second start: same tokens, Temporal still knows the missions, the substrate its records.
     async with DevStack(data, run_worker=False, **FREE_PORTS) as again:
         assert read_tokens(again) == tokens
-        described = await again.client.get_workflow_handle(probe.id).describe()
-        assert described.status == WorkflowExecutionStatus.COMPLETED
+        described = await again.client.get_workflow_handle(admission_workflow_id("dev-stack")).describe()
+        assert described.status == WorkflowExecutionStatus.RUNNING  # a host group outlives the stack's restart
         assert (await again.client.get_workflow_handle(workload.id).describe()).status == WorkflowExecutionStatus.COMPLETED
         async with httpx.AsyncClient(timeout=10) as http:
             record = await http.get(
@@ -206,8 +208,7 @@ async def test_stack_serves_runs_workflows_persists_and_leaves_no_process(tmp_pa
         try:
             lines = LineReader(worker.stdout)
             lines.until("polling task queue", within=30, process=worker)
-            _, second = await run_probe(again.client, again.task_queue, "second")
-            assert second.ever_admitted == ["second"]
+            await asyncio.wait_for(take_a_lease(again.client, again.task_queue, "second"), 30)
             _, echoed, _ = await run_echo(again.client, again.task_queue, "from-conductor-worker")
             assert echoed.observation.output == "from-conductor-worker\n"
             worker.send_signal(signal.SIGINT)

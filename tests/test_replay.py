@@ -16,6 +16,7 @@ from tests.decision_sink import DecisionSinkWorkflow
 from tests.substrate_support import EXECUTOR_TOKEN, FLEET_TOKEN
 from worker.payloads import DATA_CONVERTER
 from worker.worker import WORKFLOWS
+from workflows.admission.probe import AdmissionProbeWorkflow
 
 HISTORIES = sorted((Path(__file__).resolve().parent / "histories").glob("**/*.json"))
 WORKFLOW_TYPES = {"AdmissionWorkflow", "AdmissionProbeWorkflow", "MissionWorkflow", "WorkloadWorkflow"}
@@ -32,7 +33,7 @@ def test_every_workflow_type_has_recorded_histories() -> None:
 
 @pytest.mark.parametrize("path", HISTORIES, ids=[path.stem for path in HISTORIES])
 async def test_history_replays(path: Path) -> None:
-    replayer = Replayer(workflows=[*WORKFLOWS, DecisionSinkWorkflow], data_converter=DATA_CONVERTER)
+    replayer = Replayer(workflows=[*WORKFLOWS, AdmissionProbeWorkflow, DecisionSinkWorkflow], data_converter=DATA_CONVERTER)
     history = WorkflowHistory.from_json(path.stem, path.read_text())
     await replayer.replay_workflow(history)
 

@@ -17,16 +17,19 @@ from temporalio.client import Client, WorkflowHistory
 from temporalio.worker import Replayer, Worker
 
 import worker.cli.replay as replay_cli
+from activities.admission import set_policy_with_start
 from tests.cli_support import Result, conductor, conductor_now, without_profiles
-from tests.mission_harness import mission_harness
+from tests.mission_harness import POLICY, mission_harness
 from tests.replay_probe import REPLAY_PROBE, ChangedReplayProbeWorkflow, ReplayProbeWorkflow
 from tests.substrate_fixtures import substrate  # noqa: F401  (fixture)
+from worker.lease import hold
 from worker.mission_control import parse_spec
 from worker.payloads import DATA_CONVERTER
 from worker.ports import free_port
 from worker.replay_check import DEFAULT_QUERY, NONDETERMINISTIC, file_stem, replay_from_server, replay_query
 from worker.worker import WORKFLOWS
-from workflows.admission.probe import ProbeInput, ProbeRequest, ProbeResult
+from workflows.admission.holders import HeldRequest
+from workflows.admission.messages import PolicyChange, admission_workflow_id
 
 
 @pytest.fixture
@@ -51,7 +54,7 @@ def counts_line(out: str, workflow_type: str) -> str:
 
 def test_the_default_query_names_the_product_workflow_types():
     assert replay_query() == DEFAULT_QUERY == (
-        "WorkflowType IN ('MissionWorkflow','WorkloadWorkflow','AdmissionWorkflow','AdmissionProbeWorkflow')"
+        "WorkflowType IN ('MissionWorkflow','WorkloadWorkflow','AdmissionWorkflow')"
     )
     assert replay_query("WorkflowId = 'x' OR WorkflowId = 'y'").startswith("(WorkflowId = 'x' OR WorkflowId = 'y')")
 
@@ -111,15 +114,14 @@ async def test_a_real_mission_and_probes_replay_and_save(dev_client: Client, sub
         verdict = await h.control.run(spec)
         assert verdict.parent_state == "completed"
         await h.control.handle(spec.mission_id).result()
+        # A second host group, where holders (not workflows) take and give back two leases.
+        holders = f"holders-{h.suffix}"
+        await set_policy_with_start(dev_client, h.config.task_queue, holders, PolicyChange(operator="ops", policy=POLICY))
         for name in ("p1", "p2"):
-            probe = await dev_client.start_workflow(
-                "AdmissionProbeWorkflow",
-                ProbeInput(host_group=f"probes-{h.suffix}", requests=[ProbeRequest(request_id=f"{name}-{h.suffix}")]),
-                id=f"probe-{name}-{h.suffix}", task_queue=h.config.task_queue, result_type=ProbeResult,
-            )
-            await probe.result()
+            async with hold(dev_client, holders, HeldRequest(request_id=f"{name}-{h.suffix}", orchestrator_id="ops"), holder=name):
+                pass
         query = f"TaskQueue = '{h.config.task_queue}'"
-        expected = {"MissionWorkflow": 1, "WorkloadWorkflow": 1, "AdmissionProbeWorkflow": 2}
+        expected = {"MissionWorkflow": 1, "WorkloadWorkflow": 1}
 
         async def all_listed() -> Result | None:  # visibility catches up a moment after the runs
             result = await conductor(capsys, "replay", "--query", query, "--json")
@@ -141,11 +143,11 @@ async def test_a_real_mission_and_probes_replay_and_save(dev_client: Client, sub
         assert counts_line(text.out, "MissionWorkflow") == (
             "MissionWorkflow: 1 replayed, 1 passed, 0 nondeterministic, 0 other failures"
         )
-        assert counts_line(text.out, "AdmissionProbeWorkflow").startswith("AdmissionProbeWorkflow: 2 replayed, 2 passed")
+        assert counts_line(text.out, "AdmissionWorkflow").endswith(" 0 nondeterministic, 0 other failures"), text.out
         files = sorted(saved.glob("*.json"))
         assert len(files) == report["replayed"]
         assert {path.parent for path in saved.rglob("*")} == {saved}  # nothing outside, no subdirectories
-        assert (saved / f"{file_stem(f'probe-p1-{h.suffix}')}.json").exists()
+        assert (saved / f"{file_stem(admission_workflow_id(holders))}.json").exists()
         replayer = Replayer(workflows=WORKFLOWS, data_converter=DATA_CONVERTER)
         for path in files:
             content = path.read_text()
@@ -158,7 +160,7 @@ async def test_a_real_mission_and_probes_replay_and_save(dev_client: Client, sub
         # No --query: the product's workflow types only (whatever else the session's server runs).
         default = await conductor(capsys, "replay", "--limit", "20", "--json")
         assert default.json["query"] == DEFAULT_QUERY and 1 <= default.json["replayed"] <= 20
-        assert set(default.json["types"]) <= {"MissionWorkflow", "WorkloadWorkflow", "AdmissionWorkflow", "AdmissionProbeWorkflow"}
+        assert set(default.json["types"]) <= {"MissionWorkflow", "WorkloadWorkflow", "AdmissionWorkflow"}
 
 
 # --- a nondeterministic change ---------------------------------------------------------------------

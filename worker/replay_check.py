@@ -35,7 +35,7 @@ from worker.inputs import InputError
 from worker.mission_list import started_since
 from worker.payloads import DATA_CONVERTER
 
-PRODUCT_TYPES = ("MissionWorkflow", "WorkloadWorkflow", "AdmissionWorkflow", "AdmissionProbeWorkflow")
+PRODUCT_TYPES = ("MissionWorkflow", "WorkloadWorkflow", "AdmissionWorkflow")
 DEFAULT_QUERY = "WorkflowType IN (" + ",".join(literal(name) for name in PRODUCT_TYPES) + ")"
 DEFAULT_LIMIT = 100
 MAX_LIMIT = 10_000

@@ -15,12 +15,11 @@ from activities.ledger_store import LedgerActivities
 from activities.stores import Stores, select_stores
 from activities.workflow_status import WorkflowStatusActivities
 from worker.config import WorkerConfig
-from workflows.admission.probe import AdmissionProbeWorkflow
 from workflows.admission.workflow import AdmissionWorkflow
 from workflows.mission.workflow import MissionWorkflow
 from workflows.workload.workflow import WorkloadWorkflow
 
-WORKFLOWS = [AdmissionWorkflow, AdmissionProbeWorkflow, MissionWorkflow, WorkloadWorkflow]
+WORKFLOWS = [AdmissionWorkflow, MissionWorkflow, WorkloadWorkflow]  # the product's; tests and benchmarks add theirs
 
 
 class ConductorWorker(Worker):

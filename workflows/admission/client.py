@@ -71,14 +71,15 @@ class AdmissionClient:
         search_attributes: bool = False,
         renewal: Renewal = "requester",
         on_refused: Callable[[str, Refused], None] | None = None,
+        on_decision: Callable[[AdmissionDecision], None] | None = None,
     ) -> None:
         self.host_group = host_group
+        self._on_decision = on_decision  # hears every decision taken in (the probe keeps them all)
         # A decision signal whose argument was refused: the requester records it (else it is logged).
         self._on_refused = on_refused or _log_refusal
         self.renewal = renewal
         self._search_attributes = search_attributes
         self.decisions: dict[str, AdmissionDecision] = {}
-        self.history: list[AdmissionDecision] = []
         self._mine: set[str] = set()
         self._renew_sent: dict[str, int] = {}  # request id -> lease revision a renewal was sent for
         self._giving_back: set[str] = set()  # released or cancelled with confirmation, not yet answered
@@ -98,7 +99,7 @@ class AdmissionClient:
 
     def carry(self) -> RequesterCarry:
         """What the requester's next run needs (continue-as-new): its requests and their last
-        decisions, and what it already asked about them. The decision history is not carried."""
+        decisions, and what it already asked about them."""
         return RequesterCarry(
             decisions=dict(self.decisions),
             mine=sorted(self._mine),
@@ -127,7 +128,8 @@ class AdmissionClient:
             if known is not None and decision.state != "unknown" and decision.revision < known.revision:
                 continue  # an older decision overtaken by a newer one
             self.decisions[decision.request_id] = decision
-            self.history.append(decision)
+            if self._on_decision is not None:
+                self._on_decision(decision)
             if INTERRUPTIONS.intersection(decision.happened):
                 self._interruptions[decision.request_id] = self._interruptions.get(decision.request_id, 0) + 1
                 self.interrupted[decision.request_id] = decision

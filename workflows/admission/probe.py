@@ -76,7 +76,8 @@ class AdmissionProbeWorkflow:
             input = argument(args, ProbeInput, "AdmissionProbeWorkflow's input")
         except Refused as refused:
             raise refused_start(refused, "AdmissionProbeWorkflow") from None
-        admission = AdmissionClient(input.host_group, renewal=input.renewal)
+        history: list[AdmissionDecision] = []
+        admission = AdmissionClient(input.host_group, renewal=input.renewal, on_decision=history.append)
         me = workflow.info().workflow_id
         now = workflow.now()
         requests = [
@@ -94,5 +95,5 @@ class AdmissionProbeWorkflow:
         if renewals is not None:
             await renewals
 
-        ever = sorted({d.request_id for d in admission.history if d.state == "admitted"})
-        return ProbeResult(final=dict(admission.decisions), history=admission.history, ever_admitted=ever)
+        ever = sorted({d.request_id for d in history if d.state == "admitted"})
+        return ProbeResult(final=dict(admission.decisions), history=history, ever_admitted=ever)
