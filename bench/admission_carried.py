@@ -33,6 +33,7 @@ if _REPO not in sys.path:
     sys.path.insert(0, _REPO)
 
 import argparse  # noqa: E402
+import json  # noqa: E402
 import random  # noqa: E402
 import uuid  # noqa: E402
 from collections import deque  # noqa: E402
@@ -48,6 +49,7 @@ from workflows.admission.model import AdmissionPolicy, AdmissionRequest, AuditEv
 PER_REQUESTER = 10
 SHAPES = ("sustained", "mission", "mixed")
 BASE = datetime(2026, 12, 1, tzinfo=timezone.utc)
+HOST_GROUP = "gpu-pool-eu-west-1"
 
 
 class CarriedSize(BaseModel):
@@ -119,19 +121,42 @@ def held_state(leases: int, shape: str, seed: int = 20_261_201) -> Held:
 def input_bytes(carried: CarriedState, policy: AdmissionPolicy) -> int:
     from temporalio.contrib.pydantic import pydantic_data_converter
 
-    shell = AdmissionWorkflowInput(host_group="gpu-pool-eu-west-1", policy=policy, carried=carried)
+    shell = AdmissionWorkflowInput(host_group=HOST_GROUP, policy=policy, carried=carried)
     return len(pydantic_data_converter.payload_converter.to_payloads([shell])[0].data)
 
 
-def before_carried(held: Held) -> CarriedState:
-    """What `carried_state` built before format 3: format-2 rows, the requester map packed beside,
-    the recent audit events as plain JSON."""
+# Format 2's rows (the codec reads only format 3 now): the baseline, written here alone.
+_ROW_REQUEST = ("request_id", "orchestrator_id", "environment", "provider", "runtime_kind", "priority",
+                "queue_timeout_seconds", "preemptible", "lane", "priority_class")
+_ROW_STATE = ("submitted_us", "state", "revision", "reason", "queue_deadline_us", "admitted_us",
+              "lease_expires_us", "lease_revision", "finished_us", "preempted_by")
+
+
+def format_2(state: engine.EngineState) -> str:
+    rows = [
+        [getattr(rec.request, name) for name in _ROW_REQUEST] + [getattr(rec, name) for name in _ROW_STATE]
+        + [rec.request.gang_id, rec.request.gang_size, rec.requeue_attempts]
+        for rec in state.records.values()
+    ]
+    return codec.pack_json({
+        "format": 2, "policy": state.policy.model_dump(mode="json"), "now_us": state.now_us,
+        "revision": state.revision, "rows": rows,
+    })
+
+
+def before_bytes(held: Held) -> int:
+    """The input `carried_state` built before format 3: format-2 rows, the requester map packed
+    beside, the recent audit events as plain JSON (in the fields runs carried them in then)."""
     records = held.state.records
-    return CarriedState(
-        engine=codec.encode(held.state, format=2),
-        requesters_packed=codec.pack_json({rid: who for rid, who in held.requesters.items() if rid in records}),
-        recent_audit=held.recent, audit_chain="run-1",
-    )
+    now = AdmissionWorkflowInput(host_group=HOST_GROUP, policy=held.state.policy, carried=CarriedState(
+        engine=format_2(held.state), audit_chain="run-1",
+    )).model_dump(mode="json")
+    now["carried"] |= {
+        "requesters_packed": codec.pack_json({rid: who for rid, who in held.requesters.items() if rid in records}),
+        "recent_audit": [event.model_dump(mode="json") for event in held.recent],
+        "requesters": {}, "inbox": [],
+    }
+    return len(json.dumps(now, separators=(",", ":")).encode())
 
 
 def now_carried(held: Held) -> CarriedState:
@@ -145,7 +170,7 @@ def measure(leases: int, shape: str) -> CarriedSize:
     held = held_state(leases, shape)
     return CarriedSize(
         leases=leases, shape=shape,
-        before=input_bytes(before_carried(held), held.state.policy),
+        before=before_bytes(held),
         now=input_bytes(now_carried(held), held.state.policy),
     )
 

@@ -1,5 +1,5 @@
-"""The carried engine state (workflows.admission.codec): format 3 loses nothing, older formats
-still decode, and 100,000 held leases fit where format 2 could not carry them.
+"""The carried engine state (workflows.admission.codec): format 3 loses nothing, another format is
+refused by name, and 100,000 held leases fit where format 2 could not carry them.
 
 Round trips run over the engine's own random traces (tests/test_admission_properties.py's
 profiles: queued, admitted and terminal records, gangs, requeue counts, fair share, lanes,
@@ -10,6 +10,7 @@ requester's id a prefix of the request id, the request id inside the requester's
 
 from __future__ import annotations
 
+import copy
 import os
 from datetime import timedelta
 from typing import Any
@@ -28,7 +29,7 @@ from tests.test_admission_properties import (
     traces,
 )
 from workflows.admission import codec, engine
-from workflows.admission.model import AdmissionPolicy, AdmissionRequest, AuditEvent, Reconcile, Submit
+from workflows.admission.model import AdmissionPolicy, AdmissionRequest, Reconcile, Submit
 
 PROFILES = [MIXED, LANE_CONTENTION, GANG_CONTENTION, FAIR_SHARE, PREEMPTION_CONTENTION]
 # Every record field the codec carries (queue_key is an index, rebuilt).
@@ -79,8 +80,11 @@ def assert_carried(state: engine.EngineState, requesters: dict[str, str]) -> Non
     assert [fields(rec) for rec in restored.records.values()] == [fields(rec) for rec in state.records.values()]
     assert carried_requesters == {rid: who for rid, who in requesters.items() if rid in state.records}
     assert engine.snapshot(restored) == engine.snapshot(state)
-    # The indexes rebuilt from format 3 are those the format-2 decoder (what runs used) rebuilds.
-    assert indexes(restored) == indexes(codec.decode(codec.encode(state, format=2)))
+    # The indexes rebuilt from the carried records are those rebuilt from the records themselves.
+    twin = engine.new_state(state.policy)
+    twin.now_us, twin.revision, twin.records = state.now_us, state.revision, copy.deepcopy(state.records)
+    engine.rebuild_indexes(twin)
+    assert indexes(restored) == indexes(twin)
     # And it decides on exactly like the state it was carried from.
     later = engine.from_micros(state.now_us) + timedelta(seconds=90)
     original, _, expected = engine.apply(state, Reconcile(), later)
@@ -141,31 +145,12 @@ def test_any_request_ids_and_requester_ids_come_back_exactly(entries: list) -> N
     assert_carried(state, requesters)
 
 
-def test_a_format_2_blob_still_decodes_to_the_same_state() -> None:
-    """Runs recorded before format 3 continue from format-2 blobs (their requester map beside)."""
-    from bench.admission_carried import BASE, held_state
-
-    state = held_state(500, "mission").state
-    at = BASE + timedelta(seconds=170)
-    state, _, _ = engine.apply(state, Submit(request=AdmissionRequest(
-        request_id="late:child", orchestrator_id="mission-control", environment="prod", provider="local",
-        runtime_kind="host", priority=1, submitted_at=at, queue_timeout_seconds=60, gang_id="g", gang_size=2,
-    )), at)
-    assert state.records["late:child"].state == "queued"
-    blob = codec.encode(state, format=2)
-    assert codec.unpack_json(blob)["format"] == 2  # type: ignore[index]
-    restored, requesters = codec.decode_carried(blob)
-    assert requesters == {}
-    assert [fields(rec) for rec in restored.records.values()] == [fields(rec) for rec in state.records.values()]
-    assert engine.snapshot(restored) == engine.snapshot(state)
-
-
 def test_a_blob_of_an_unknown_format_is_refused_naming_the_formats_read() -> None:
     document = codec.unpack_json(codec.encode(engine.new_state(AdmissionPolicy(max_concurrent=1))))
     document["format"] = 9  # type: ignore[index]
     with pytest.raises(ValueError) as refused:
         codec.decode(codec.pack_json(document))
-    assert str(refused.value) == "unknown admission state format 9; expected one of (1, 2, 3)"
+    assert str(refused.value) == "unknown admission state format 9; expected 3"
 
 
 @pytest.mark.slow
@@ -175,40 +160,11 @@ def test_100000_held_mission_leases_carry_under_the_sdks_512_kib_warning() -> No
     payload warning (temporalio PayloadLimitsConfig, the server's limit.blobSize.warn): the old
     encoding misses that bound nearly four times over, and this one keeps 20% of room under it. A size,
     not a timing: the state is built from a fixed seed, so the figure is the same on every run."""
-    from bench.admission_carried import before_carried, held_state, input_bytes, now_carried
+    from bench.admission_carried import before_bytes, held_state, input_bytes, now_carried
 
     held = held_state(100_000, "mission")
     now = input_bytes(now_carried(held), held.state.policy)
     assert now < 512 * 1024, now
-    assert input_bytes(before_carried(held), held.state.policy) > 3 * 512 * 1024  # the old encoding misses the bound
+    assert before_bytes(held) > 3 * 512 * 1024  # the old encoding misses the bound
 
 
-def test_a_recorded_format_2_input_goes_on_in_format_3_with_nothing_lost() -> None:
-    """tests/fixtures/admission-carried-format-2.json is the input of a recorded run continued from
-    format 2 (tests/histories/admission-contended-run2.json before format 3): mission ids with an
-    attempt, a probe, every state. Carried on once more in format 3, it is the same state and map."""
-    from pathlib import Path
-
-    from workflows.admission.messages import AdmissionWorkflowInput
-    from workflows.admission.workflow import carried_state
-
-    recorded = AdmissionWorkflowInput.model_validate_json(
-        (Path(__file__).parent / "fixtures" / "admission-carried-format-2.json").read_text()
-    )
-    assert recorded.carried is not None and recorded.carried.requesters_packed is not None
-    assert codec.unpack_json(recorded.carried.engine)["format"] == 2  # type: ignore[index]
-    state, inside = codec.decode_carried(recorded.carried.engine)
-    requesters = {**inside, **codec.unpack_json(recorded.carried.requesters_packed)}  # type: ignore[dict-item]
-    assert inside == {} and requesters["recorded-preempted:api:attempt-2"] == "mission:recorded-preempted"
-    assert sorted(rec.state for rec in state.records.values()) == [
-        "admitted", "cancelled", "preempted", "released", "timed-out",
-    ]
-    again = carried_state(state, requesters, [], set(), recorded.carried.recent_audit, recorded.carried.audit_chain)
-    assert again.requesters_packed is None and again.requesters == {}
-    assert again.recent_audit == [] and again.recent_audit_packed is not None and recorded.carried.recent_audit
-    assert [AuditEvent.model_validate(event) for event in codec.unpack_json(again.recent_audit_packed)] == (  # type: ignore[union-attr]
-        recorded.carried.recent_audit
-    )
-    restored, carried_requesters = codec.decode_carried(again.engine)
-    assert carried_requesters == requesters
-    assert engine.snapshot(restored) == engine.snapshot(state)

@@ -115,17 +115,6 @@ def test_the_requeue_count_survives_the_carried_state_of_continue_as_new() -> No
     ]
 
 
-def test_a_format_1_carried_state_from_before_requeue_still_decodes() -> None:
-    group = HostGroup(max_concurrent=1)
-    group.submit("a", t=0)
-    group.submit("b", t=1)
-    document = codec.unpack_json(codec.encode(group.state, format=2))
-    document["format"] = 1
-    document["rows"] = [row[:20] for row in document["rows"]]  # without gang fields and requeue count
-    restored = codec.decode(codec.pack_json(document))
-    assert engine.snapshot(restored) == engine.snapshot(group.state)
-
-
 def test_a_lease_shorter_than_the_startup_p95_is_refused_naming_the_field_to_raise() -> None:
     with pytest.raises(ValidationError) as refused:
         AdmissionPolicy(max_concurrent=1, lease_ttl_seconds=60, startup_p95_seconds=120)

@@ -14,8 +14,8 @@ from activities.ledger_store import SqliteLedgerStore
 from tests.mission_harness import mission_harness
 from tests.substrate_fixtures import substrate, substrate_tasks  # noqa: F401  (fixture)
 from worker.mission_control import parse_spec
-from workflows.admission.messages import DECISION_SIGNAL, AuditEvent, LeaseRow, RenewBatch, admission_workflow_id
-from workflows.admission.model import AdmissionPolicy
+from workflows.admission.messages import DECISION_SIGNAL, LeaseRow, RenewBatch, admission_workflow_id
+from workflows.admission.model import AdmissionPolicy, AuditEvent
 from workflows.mission.ledger import WRITE_LEDGER_SNAPSHOT_ACTIVITY
 from workflows.ids import admission_request_id, fleet_child_id
 

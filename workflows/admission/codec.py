@@ -5,13 +5,13 @@ heaps, usage) is rebuilt on load, so the encoding cannot disagree with them.
 The whole document is zlib-compressed: zlib output is a pure function of its
 input, so this is safe in workflow code.
 
-Format 3 (what runs carry now) is columnar and carries the requester map too:
-held leases are what a busy singleton carries most of, and the server refuses a
-continue-as-new input over 2 MB. Format 2 (positional rows, the requester map
-packed beside them) cost about 30 bytes a lease and reached that limit near
-65,000 held leases; format 3 costs a few bytes a lease (bench/admission_carried.py,
-docs/scaling.md). Formats 1 and 2 still decode: runs recorded before continue
-from them.
+Format 3 is columnar and carries the requester map too: held leases are what a
+busy singleton carries most of, and the server refuses a continue-as-new input
+over 2 MB. Format 2 (positional rows, the requester map packed beside them) cost
+about 30 bytes a lease and reached that limit near 65,000 held leases; format 3
+costs a few bytes a lease (bench/admission_carried.py keeps a format-2 writer as
+its baseline, docs/scaling.md). Only format 3 is read: while the version is 0.x,
+no run needs to survive a deploy (CONTRIBUTING.md).
 """
 
 from __future__ import annotations
@@ -24,21 +24,7 @@ from collections.abc import Mapping
 from workflows.admission.engine import EngineState, Rec, from_micros, new_state, rebuild_indexes
 from workflows.admission.model import AdmissionPolicy, AdmissionRequest
 
-# 2: rows end with the gang fields and the requeue count (ADR-004); format 1 rows, which lack
-# them, still decode (no gang, no requeue yet), so a run continued from an older one loses nothing.
-# 3: columns, request ids split around their requester, the requester map folded in (below).
-FORMAT = 3
-_READABLE = (1, 2, 3)
-_REQUEST_FIELDS = (
-    "request_id", "orchestrator_id", "environment", "provider", "runtime_kind", "priority",
-    "queue_timeout_seconds", "preemptible", "lane", "priority_class",
-)
-_STATE_FIELDS = (
-    "submitted_us", "state", "revision", "reason", "queue_deadline_us", "admitted_us",
-    "lease_expires_us", "lease_revision", "finished_us", "preempted_by",
-)
-_REQUEST_EXTRA = ("gang_id", "gang_size")
-_STATE_EXTRA = ("requeue_attempts",)
+FORMAT = 3  # columns, request ids split around their requester, the requester map folded in (below)
 
 
 def pack_json(value: object) -> str:
@@ -162,15 +148,8 @@ def _ttl_us(policy: AdmissionPolicy) -> int:
     return round(policy.lease_ttl_seconds * 1_000_000)
 
 
-def encode(state: EngineState, requesters: Mapping[str, str] | None = None, *, format: int = FORMAT) -> str:
-    """`requesters` (request id -> requester workflow id) travels in the same blob (format 3), for the
-    records only; `format=2` writes what runs carried before (for tests and the benchmark's baseline)."""
-    if format == 2:
-        if requesters:
-            raise ValueError("format 2 carries no requester map; pack it beside the blob (pack_json)")
-        return _encode_rows(state)
-    if format != FORMAT:
-        raise ValueError(f"cannot write admission state format {format!r}; expected 2 or {FORMAT}")
+def encode(state: EngineState, requesters: Mapping[str, str] | None = None) -> str:
+    """`requesters` (request id -> requester workflow id) travels in the same blob, for the records only."""
     requesters = requesters or {}
     recs = list(state.records.values())
     holders = [requesters.get(rec.request_id) for rec in recs]
@@ -223,28 +202,12 @@ def encode(state: EngineState, requesters: Mapping[str, str] | None = None, *, f
     return pack_json(document)
 
 
-def _encode_rows(state: EngineState) -> str:
-    rows = [
-        [getattr(rec.request, name) for name in _REQUEST_FIELDS] + [getattr(rec, name) for name in _STATE_FIELDS]
-        + [getattr(rec.request, name) for name in _REQUEST_EXTRA] + [getattr(rec, name) for name in _STATE_EXTRA]
-        for rec in state.records.values()
-    ]
-    document = {
-        "format": 2,
-        "policy": state.policy.model_dump(mode="json"),
-        "now_us": state.now_us,
-        "revision": state.revision,
-        "rows": rows,
-    }
-    return pack_json(document)
-
-
 def decode(blob: str) -> EngineState:
     return decode_carried(blob)[0]
 
 
 def decode_carried(blob: str) -> tuple[EngineState, dict[str, str]]:
-    """The state and the requester map it carries (empty for formats 1 and 2, which carry it beside)."""
+    """The state and the requester map it carries."""
     restore = Restore(blob)
     restore.step(restore.count)
     return restore.state, restore.requesters
@@ -259,26 +222,21 @@ class Restore:
     again (bench/admission_sustained.py, docs/scaling.md). So a continued run decodes the records
     `step` by `step`, each in an activation of its own. The columns are unpacked once, up
     front; `state` and `requesters` fill as the steps go, and the indexes are rebuilt after the
-    last one, so the state is usable only once `done`. Formats 1 and 2 decode whole.
+    last one, so the state is usable only once `done`.
     """
 
     def __init__(self, blob: str) -> None:
         document = unpack_json(blob)
-        if not isinstance(document, dict) or document.get("format") not in _READABLE:
+        if not isinstance(document, dict) or document.get("format") != FORMAT:
             found = document.get("format") if isinstance(document, dict) else None
-            raise ValueError(f"unknown admission state format {found!r}; expected one of {_READABLE}")
+            raise ValueError(f"unknown admission state format {found!r}; expected {FORMAT}")
         self.state = new_state(AdmissionPolicy.model_validate(document["policy"]))
         self.state.now_us = document["now_us"]
         self.state.revision = document["revision"]
         self.requesters: dict[str, str] = {}
         self.done = False
-        if document["format"] == 3:
-            self._columns: _Columns | None = _Columns(document, self.state.policy)
-            self.count, self.position = document["count"], 0
-        else:
-            _decode_rows(self.state, document)
-            self._columns = None
-            self.count = self.position = len(self.state.records)
+        self._columns: _Columns | None = _Columns(document, self.state.policy)
+        self.count, self.position = document["count"], 0
 
     def step(self, records: int) -> bool:
         """Decode up to `records` more records; True once the state is whole (indexes rebuilt)."""
@@ -335,20 +293,3 @@ class _Columns:
             holder = ids["requester"][position]
             if holder is not None:
                 requesters[request_id] = holder
-
-
-def _decode_rows(state: EngineState, document: dict) -> None:
-    split = len(_REQUEST_FIELDS)
-    base = split + len(_STATE_FIELDS)
-    for row in document["rows"]:
-        fields = dict(zip(_REQUEST_FIELDS, row[:split]))
-        values = dict(zip(_STATE_FIELDS, row[split:base]))
-        extra = row[base:]
-        if extra:
-            fields.update(zip(_REQUEST_EXTRA, extra[:len(_REQUEST_EXTRA)]))
-            values.update(zip(_STATE_EXTRA, extra[len(_REQUEST_EXTRA):]))
-        request = AdmissionRequest.model_construct(**fields, submitted_at=from_micros(values.pop("submitted_us")))
-        rec = Rec(request)
-        for name, value in values.items():
-            setattr(rec, name, value)
-        state.records[rec.request_id] = rec

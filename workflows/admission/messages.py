@@ -11,7 +11,6 @@ from workflows.admission.model import (
     AdmissionPolicy,
     AdmissionRequest,
     AdmissionState,
-    AuditEvent,
     AuditEventType,
     OperatorName,
 )
@@ -158,23 +157,16 @@ class AdmissionWorkflowInput(_Message):
 class CarriedState(_Message):
     """What a continued run needs so that no request, lease or decision is lost or repeated."""
 
-    engine: str  # workflows.admission.codec; format 3 also carries request_id -> requester workflow id
-    # The requester map as older runs carried it, beside the engine state: plain (`requesters`; a
-    # map of 10,000 mission-shaped ids alone is ~1 MB), then packed (codec.pack_json). Both are read.
-    requesters: dict[str, str] = Field(default_factory=dict)
-    requesters_packed: str | None = None
-    # Signals that arrived while the run handed over, packed like the requester map: a burst of
-    # submits carried as plain JSON (30,000 requests: 8.8 MB) would exceed the server's 2 MB
-    # payload limit, fail continue-as-new and wedge the singleton. `inbox` is read for older runs.
-    inbox: list["InboxItem"] = Field(default_factory=list)
+    engine: str  # workflows.admission.codec: the records and request_id -> requester
+    # Signals that arrived while the run handed over, packed (codec.pack_json): a burst of submits
+    # carried as plain JSON (30,000 requests: 8.8 MB) would exceed the server's 2 MB payload limit,
+    # fail continue-as-new and wedge the singleton.
     inbox_packed: str | None = None
     gone_requesters: list[str] = Field(default_factory=list)
     # Where the next requester sweep reads visibility from (RequesterSweep.closed_since).
     swept_from: datetime | None = None
     # The last audit events (for the audit query), packed like the inbox: as plain JSON the 200
     # events a run keeps were about 45 KB, as much as 10,000 queued requests in format 3.
-    # `recent_audit` is read for older runs.
-    recent_audit: list[AuditEvent] = Field(default_factory=list)
     recent_audit_packed: str | None = None
     audit_chain: str  # first run id of the chain: keys the audit store across continue-as-new
 

@@ -128,20 +128,17 @@ class AdmissionWorkflow:
             self._recent: deque[AuditEvent] = deque(maxlen=input.recent_audit_events)
             self._audit_chain = workflow.info().run_id
         else:
-            # Format 3 carries the requester map inside the engine blob; older runs carried it beside.
-            # The records are decoded a slice per activation (`_finish_restore`); until then
-            # the state is incomplete, and the queries that read it say so.
+            # The engine blob carries the requester map too. The records are decoded a slice per
+            # activation (`_finish_restore`); until then the state is incomplete, and the queries
+            # that read it say so.
             restore = codec.Restore(carried.engine)
             if not restore.step(input.restore_records_per_task):
                 self._restore = restore
             self._state, self._requesters = restore.state, restore.requesters
-            self._requesters.update(carried.requesters)
-            if carried.requesters_packed is not None:
-                self._requesters.update(codec.unpack_json(carried.requesters_packed))  # type: ignore[arg-type]
-            self._inbox = list(carried.inbox)
+            self._inbox = []
             if carried.inbox_packed is not None:
                 self._inbox.extend(InboxItem.model_validate(item) for item in codec.unpack_json(carried.inbox_packed))  # type: ignore[union-attr]
-            self._recent = deque(carried.recent_audit, maxlen=input.recent_audit_events)
+            self._recent = deque(maxlen=input.recent_audit_events)
             if carried.recent_audit_packed is not None:
                 self._recent.extend(AuditEvent.model_validate(event) for event in codec.unpack_json(carried.recent_audit_packed))  # type: ignore[union-attr]
             self._audit_chain = carried.audit_chain
