@@ -55,6 +55,7 @@ from pydantic import BaseModel, ConfigDict  # noqa: E402
 
 with workflow.unsafe.imports_passed_through():
     from workflows.admission.client import AdmissionClient, Renewal
+    from workflows.admission.messages import AdmissionDecision
     from workflows.admission.model import AdmissionRequest
 
 ENVIRONMENT = "bench"
@@ -99,7 +100,8 @@ class LeaseHolderWorkflow:
 
     @workflow.run
     async def run(self, input: HolderInput) -> HolderResult:
-        admission = AdmissionClient(input.host_group, renewal=input.renewal)
+        heard: list[AdmissionDecision] = []  # every decision, as it arrives
+        admission = AdmissionClient(input.host_group, renewal=input.renewal, on_decision=heard.append)
         me = workflow.info().workflow_id
         now = workflow.now()
         requests = [
@@ -119,10 +121,10 @@ class LeaseHolderWorkflow:
 
         def scan() -> None:
             nonlocal watched
-            for decision in admission.history[watched:]:
+            for decision in heard[watched:]:
                 if decision.request_id in held and decision.state != "admitted":
                     lost.setdefault(decision.request_id, workflow.now().timestamp())
-            watched = len(admission.history)
+            watched = len(heard)
 
         while not self._stop:
             seen = admission.version

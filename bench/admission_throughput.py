@@ -677,7 +677,7 @@ def can_payload_size(queued: int) -> CanSize:
 
     parts = {
         "carried.engine (format 3: records and requester map, zlib + base64)": size(document["engine"]),
-        f"carried.recent_audit ({len(recent)} events)": size(document["recent_audit"]),
+        f"carried.recent_audit_packed ({len(recent)} events, zlib + base64)": size(document["recent_audit_packed"]),
     }
     parts["everything else"] = len(payload.data) - sum(parts.values())
     return CanSize(
