@@ -150,11 +150,18 @@ def signal_group(pgid: int, sig: int) -> bool:
 
 
 async def stop_group(process: ShellProcess, grace_seconds: float) -> int | None:
-    """SIGTERM the group, SIGKILL it after `grace_seconds`, reap the leader, sweep stragglers.
-
-    A detached process (the substrate is stopping and keeps its workloads) is left alone."""
+    """`terminate_group`, then the pidfd closed. A detached process (the substrate is stopping and
+    keeps its workloads) is left alone."""
     if process.detached:
         return process.returncode
+    await terminate_group(process, grace_seconds)
+    process.close()  # its run's wait may have been cancelled before it looked again
+    return process.returncode
+
+
+async def terminate_group(process: ShellProcess | asyncio.subprocess.Process, grace_seconds: float) -> None:
+    """SIGTERM the group `process` leads, SIGKILL it after `grace_seconds`, reap the leader, sweep
+    stragglers (a workload's shell here, a wrapped command in `conductor admission run`)."""
     pgid = process.pid
     if process.returncode is None:
         signal_group(pgid, signal.SIGTERM)
@@ -164,8 +171,6 @@ async def stop_group(process: ShellProcess, grace_seconds: float) -> int | None:
             signal_group(pgid, signal.SIGKILL)
             await process.wait()
     signal_group(pgid, signal.SIGKILL)
-    process.close()  # its run's wait may have been cancelled before it looked again
-    return process.returncode
 
 
 def stat_fields(pid: int) -> list[str] | None:

@@ -223,6 +223,12 @@ async def test_the_admission_singleton_refuses_bad_operator_input_and_keeps_deci
                                       "--workflow-id", bad, "--input", '{"host_group": "x", "policy": {"max_concurent": 2}}')
         assert code == 0, err
         assert "policy.max_concurent: Extra inputs are not permitted" in await _refused_at_once(dev_client, bad)
+        rationed = f"admission:bad-polls-{h.suffix}"
+        code, _, err = await temporal("workflow", "start", "--type", "AdmissionWorkflow", "--task-queue", h.config.task_queue,
+                                      "--workflow-id", rationed,
+                                      "--input", '{"host_group": "x", "policy": {"max_concurrent": 2}, "max_waiting_polls": -1}')
+        assert code == 0, err
+        assert "max_waiting_polls: Input should be greater than or equal to 0" in await _refused_at_once(dev_client, rationed)
         # The workload's workflow refuses a misspelt input the same way (the mission's: above).
         workflow_id = f"bad-workload-{h.suffix}"
         code, _, err = await temporal("workflow", "start", "--type", "WorkloadWorkflow", "--task-queue", h.config.task_queue,
@@ -247,6 +253,9 @@ async def test_the_admission_singleton_refuses_bad_operator_input_and_keeps_deci
             code, _, err = await temporal("workflow", "update", "execute", "--workflow-id", singleton, "--name", name,
                                           "--input", '{"holder": "cockpit", "request_idz": "x"}')
             assert code != 0 and f"the {name} update's argument is not valid" in err and "request_idz" in err, (name, err)
+        code, _, err = await temporal("workflow", "query", "--workflow-id", singleton, "--name", "holder_decision",
+                                      "--input", '{"holder": "cockpit", "request_idz": "x"}')
+        assert code != 0 and "the holder_decision query's argument is not valid" in err and "request_idz" in err, err
         code, _, err = await temporal("workflow", "query", "--workflow-id", singleton, "--name", "queue", "--input", '"ten"')
         assert code != 0 and "limit" in err, err
 

@@ -30,6 +30,7 @@ from collections.abc import Sequence
 
 from temporalio.client import Client
 
+from substrate.procs import signal_group, terminate_group
 from worker.lease import HeldLease, NotAdmitted, acquire, kept
 from workflows.admission.holders import HeldRequest
 from workflows.admission.messages import AdmissionDecision
@@ -92,14 +93,14 @@ async def _run_under(lease: HeldLease, command: Sequence[str], grace_seconds: fl
         return 127 if isinstance(error, FileNotFoundError) else 126
     with _foreground(process.pid):
         for signum in FORWARDED:
-            loop.add_signal_handler(signum, _forward, process, signum)
+            loop.add_signal_handler(signum, signal_group, process.pid, signum)
         ended = asyncio.ensure_future(process.wait())
         lost = asyncio.ensure_future(lease.lost.wait())
         try:
             await asyncio.wait({ended, lost}, return_when=asyncio.FIRST_COMPLETED)
             if not ended.done():
                 say(f"lease lost ({lease.lost_reason}); stopping the command (SIGTERM, SIGKILL after {grace_seconds:g} s)")
-                await _stop(process, grace_seconds)
+                await terminate_group(process, grace_seconds)
                 return EXIT_LEASE_LOST
         finally:
             lost.cancel()
@@ -114,22 +115,6 @@ def _die_with_wrapper() -> None:
     the lease that then expires at its TTL was not guarding a process still running (Linux)."""
     with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-
-
-def _forward(process: asyncio.subprocess.Process, signum: int) -> None:
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(process.pid, signum)
-
-
-async def _stop(process: asyncio.subprocess.Process, grace_seconds: float) -> None:
-    _forward(process, signal.SIGTERM)
-    try:
-        await asyncio.wait_for(process.wait(), grace_seconds)
-    except asyncio.TimeoutError:
-        _forward(process, signal.SIGKILL)
-        await process.wait()
-    with contextlib.suppress(ProcessLookupError):  # what the command left behind in its group
-        os.killpg(process.pid, signal.SIGKILL)
 
 
 @contextlib.contextmanager

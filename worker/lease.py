@@ -31,14 +31,21 @@ from temporalio.client import (
 )
 from temporalio.service import RPCError, RPCStatusCode
 
-from workflows.admission.holders import DEFAULT_WAIT_SECONDS, Acquire, AwaitDecision, GiveBack, HeldRequest, RenewLease
+from workflows.admission.holders import (
+    DEFAULT_WAIT_SECONDS,
+    HANDING_OVER,
+    POLL_LATER,
+    Acquire,
+    AwaitDecision,
+    GiveBack,
+    HeldRequest,
+    RenewLease,
+)
 from workflows.admission.messages import AdmissionDecision, admission_workflow_id
 
 RETRY_SECONDS = 2.0  # between attempts when the server cannot be reached
 RELEASE_SECONDS = 10.0  # how long giving a lease back may take when the block ends
-HANDING_OVER = "HandingOver"  # the singleton refuses new holder updates while it continues as new
 HANDOVER_RETRY_SECONDS = 0.2
-POLL_LATER = "PollLater"  # the host group has no long poll to spare: read holder_decision instead
 POLL_SECONDS = 2.0  # between holder_decision queries then (jittered by half either way)
 BUSY_RETRY_SECONDS = 60.0  # how long an update refused as busy (or unreachable) is sent again
 
@@ -141,7 +148,7 @@ class HeldLease:
                 if renewed.error_code is not None:  # fenced out: a renewal that did land, or the lease is gone
                     renewed = await self._current()
             except (WorkflowUpdateFailedError, WorkflowQueryFailedError) as error:
-                self._lose(f"the renewal was refused: {getattr(error.cause, 'message', error.cause)}")
+                self._lose(f"the renewal was refused: {_refusal(error)}")
                 return
             except (RPCError, WorkflowUpdateRPCTimeoutOrCancelledError) as error:  # try again while the lease lasts
                 if _expired(self.decision):
@@ -155,7 +162,7 @@ class HeldLease:
             try:
                 self._learn(await self._news(self.decision.revision))
             except WorkflowUpdateFailedError as error:
-                self._lose(f"the host group no longer knows the lease: {getattr(error.cause, 'message', error.cause)}")
+                self._lose(f"the host group no longer knows the lease: {_refusal(error)}")
             except RPCError:
                 await asyncio.sleep(RETRY_SECONDS)
 
@@ -245,6 +252,12 @@ async def kept(lease: HeldLease) -> AsyncIterator[HeldLease]:
             await asyncio.wait_for(asyncio.shield(watcher), RELEASE_SECONDS)
         watcher.cancel()
         await asyncio.gather(watcher, return_exceptions=True)
+
+
+def _refusal(error: WorkflowUpdateFailedError | WorkflowQueryFailedError) -> str:
+    """Why the singleton refused a call: an update's failure names it in its cause, a query's in itself."""
+    cause = getattr(error, "cause", None)
+    return str(getattr(cause, "message", cause)) if cause is not None else error.message
 
 
 def _expired(decision: AdmissionDecision) -> bool:

@@ -49,6 +49,13 @@ SUBCOMMANDS = {
     "completion": "worker.cli.completion",
 }
 
+# The global options that take a value, as the `temporal` CLI has them: flag, dest, metavar, help.
+CONNECTION_OPTIONS = (
+    ("--address", "temporal_address", "HOST:PORT", "Temporal frontend address"),
+    ("--namespace", "temporal_namespace", "NS", "Temporal namespace"),
+    ("--profile", "temporal_profile", "NAME", "environment-configuration profile"),
+)
+
 # Commands that start a Temporal server of their own: a connection flag would be silently ignored.
 OWN_SERVER = frozenset({"dev", "demo"})
 
@@ -90,7 +97,7 @@ def _named_command(argv: Sequence[str]) -> str | None:
     """The command word of `argv` (the first word that is no global option or its value)."""
     words = iter(argv)
     for word in words:
-        if word in ("--address", "--namespace", "--profile"):
+        if word in {flag for flag, *_ in CONNECTION_OPTIONS}:
             next(words, None)
         elif not word.startswith("-"):
             return word if word in SUBCOMMANDS else None
@@ -107,9 +114,8 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     connection = parser.add_argument_group(
         "Temporal connection", "override the environment configuration (TEMPORAL_* variables, profile file)"
     )
-    connection.add_argument("--address", dest="temporal_address", metavar="HOST:PORT", help="Temporal frontend address")
-    connection.add_argument("--namespace", dest="temporal_namespace", metavar="NS", help="Temporal namespace")
-    connection.add_argument("--profile", dest="temporal_profile", metavar="NAME", help="environment-configuration profile")
+    for flag, dest, metavar, help in CONNECTION_OPTIONS:
+        connection.add_argument(flag, dest=dest, metavar=metavar, help=help)
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     named = _named_command(argv) if argv is not None else None
     for command, module_name in SUBCOMMANDS.items():

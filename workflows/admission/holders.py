@@ -38,6 +38,9 @@ from workflows.admission.model import (
 from workflows.limits import MAX_PRIORITY, MIN_PRIORITY
 
 HOLDER_PREFIX = "holder:"
+# The typed refusals a holder answers by sending again (the ApplicationError types of the updates):
+HANDING_OVER = "HandingOver"  # the singleton continues as new: send the same update again in a moment
+POLL_LATER = "PollLater"  # max_waiting_polls long polls wait already: read holder_decision meanwhile
 MAX_WAIT_SECONDS = 60.0
 DEFAULT_WAIT_SECONDS = 20.0
 

@@ -38,7 +38,16 @@ from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     from workflows.admission import codec, engine
-    from workflows.admission.holders import Acquire, AwaitDecision, GiveBack, RenewLease, is_holder, requester_of
+    from workflows.admission.holders import (
+        HANDING_OVER,
+        POLL_LATER,
+        Acquire,
+        AwaitDecision,
+        GiveBack,
+        RenewLease,
+        is_holder,
+        requester_of,
+    )
     from workflows.admission.messages import (
         ADMISSION_WORKFLOW,
         BETWEEN_RESTORE_SLICES,
@@ -95,8 +104,6 @@ MAX_EVENTS_PER_EXPORT = 500  # keeps one export's input far below the server's p
 SCHEMA_HINT = "see `conductor mission schema --list` and docs/mission-control-api.md"
 _LIMIT = TypeAdapter(Annotated[int, Field(ge=0, le=100_000)])
 CARRY_AT_MOST = 100  # inbox items a continue-as-new carries without one more decision pass first
-HANDING_OVER = "HandingOver"  # a holder update refused while the run hands over: send it again
-POLL_LATER = "PollLater"  # a long poll refused: max_waiting_polls wait already (read holder_decision)
 HOLDER_EXPIRED = "the holder's lease expired unrenewed; a holder is not requeued (it has stopped what the lease was for)"
 
 
@@ -262,8 +269,7 @@ class AdmissionWorkflow:
 
     @await_decision.validator
     def _await_readable(self, *args: Any) -> None:
-        self._holder_call_allowed(args, AwaitDecision, "await_decision")
-        call = argument(args, AwaitDecision, "the await_decision update's argument")
+        call = self._holder_call_allowed(args, AwaitDecision, "await_decision")
         if call.wait_seconds > 0 and self._waiting_polls >= self._input.max_waiting_polls:
             current = self._decision(requester_of(call.holder), call.request_id)
             if current.revision <= call.after_revision and current.state != "unknown":
@@ -310,14 +316,17 @@ class AdmissionWorkflow:
     def _cancel_readable(self, *args: Any) -> None:
         self._holder_call_allowed(args, GiveBack, "cancel_request")
 
-    def _holder_call_allowed(self, args: tuple[Any, ...], model: Any, name: str) -> None:
-        argument(args, model, f"the {name} update's argument", hint=SCHEMA_HINT)
+    def _holder_call_allowed(self, args: tuple[Any, ...], model: Any, name: str) -> Any:
+        """A holder update's validator: its argument read (and returned), refused while restoring or
+        handing over."""
+        call = argument(args, model, f"the {name} update's argument", hint=SCHEMA_HINT)
         self._require_restored()
         if self._ending:
             raise ApplicationError(
                 f"host group {self._input.host_group} is handing over to its next run; send {name} again in a moment",
                 type=HANDING_OVER,
             )
+        return call
 
     async def _holder_gives_back(self, name: Literal["release_lease", "cancel_request"], args: tuple[Any, ...]) -> AdmissionDecision:
         """`release_lease` and `cancel_request`: what the release and cancel signals carry, for a holder."""
