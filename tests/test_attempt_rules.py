@@ -149,6 +149,21 @@ def test_a_stopped_attempt_does_not_settle_the_verdict_and_its_retry_waits_queue
     assert (first.interrupted_by, first.policy, first.counts_against_budget) == ("m2:fix", "priority-wip-override-v1", False)
 
 
+def test_a_started_attempt_preempted_before_its_first_word_is_judged_by_its_end_not_by_its_lease():
+    # Found by the supervisor's property test: the lease of a started child went before the child
+    # had reported, and the ledger showed it `cancelled` (failed: fail-fast failed the mission, and
+    # a run taking over judged the child over while it still ran). It runs until it is stopped.
+    ledger = apply_admission(initial_ledger(SPEC), "c", ChildAdmission(request_id="m:c", state="admitted", lease_revision=1, revision=2))
+    ledger = start_attempt(ledger, "c", attempt=1, request_id="m:c", lease_revision=1)
+    ledger = apply_admission(ledger, "c", ChildAdmission(request_id="m:c", state="preempted", lease_revision=1, revision=3))
+    child = ledger.child("c")
+    assert (child.observed_state, child.outcome, ledger.parent_state) == ("admitted", "pending", "running")
+    assert child.admission.state == "preempted"
+    # Not started: given back before it ran, it never runs now.
+    unstarted = apply_admission(initial_ledger(SPEC), "c", ChildAdmission(request_id="m:c", state="preempted", revision=3))
+    assert unstarted.child("c").observed_state == "cancelled"
+
+
 def test_the_child_is_judged_by_its_last_attempt_and_late_words_of_earlier_ones_only_show_in_their_attempt():
     ledger = close_attempt(mark_stopping(_running_attempt_1(), "c", "lease expired"), "c", why="lease expired", retry=True)
     ledger = apply_admission(ledger, "c", ChildAdmission(request_id="m:c", state="admitted", lease_revision=3, revision=5))

@@ -190,6 +190,10 @@ def _dispatched(child: ChildLedger) -> bool:
     return child.revision is not None
 
 
+def _attempt_started(child: ChildLedger) -> bool:
+    return any(known.attempt == child.attempt for known in child.attempts)
+
+
 def child_outcome(child: ChildLedger) -> ChildOutcome:
     """Where the child stands for the verdict (see `ChildOutcome`); fails closed."""
     state = child.observed_state
@@ -422,7 +426,9 @@ def _admitted(admission: ChildAdmission, backpressure: Backpressure | AdmissionB
         if admission.request_id == held.request_id and admission.revision < held.revision:
             return child
         update: dict[str, Any] = {"admission": admission}
-        if not _dispatched(child):
+        if not _dispatched(child) and not _attempt_started(child):
+            # A started attempt that has not reported yet is judged by its end, not by its
+            # lease: one preempted before its first observation still runs until it is stopped.
             update |= _admission_shown(admission, backpressure)
         return _refresh(_as_stopped_by_lease_expiry(child.model_copy(update=update)))
 

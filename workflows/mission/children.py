@@ -17,7 +17,8 @@ and continue-as-new carries the records whole.
   stopping it (its lease went), `mark` how many times its lease had been taken away when it started.
 - `over`: its attempt ended; judged next (`workflows.mission.attempts`).
 - `withdrawing`: done with, but its request lives on (requeued): the request is cancelled next.
-- `done`: nothing more runs; `released` once its lease went back.
+- `done`: nothing more runs; `released` once its lease or request went back (released, or withdrawn
+  when the engine had requeued it).
 
 Pure: no Temporal imports. Whether this run started a running child (`followed`) and which
 decision it last folded belong to a run, not to the mission: they are not carried.
@@ -45,7 +46,7 @@ class ChildRun(BaseModel):
     resubmit: bool = False  # waiting: preempted, to be admitted again under `request_id` (not yet sent)
     stop: AttemptStop | None = None  # running or over: why the mission stopped this attempt
     mark: int = 0  # running: lease interruptions seen when this attempt started
-    released: bool = False  # done: its lease was given back
+    released: bool = False  # done: its lease was released or its request withdrawn
     # This run's own, never carried: it started the running attempt and awaits its handle (an
     # earlier run's child ends with its last observation), and the decision it last folded.
     followed: bool = Field(default=False, exclude=True)

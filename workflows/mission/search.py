@@ -11,7 +11,10 @@ They must be registered on the server (`conductor dev` does it; on another serve
 
 from __future__ import annotations
 
-from temporalio.common import SearchAttributeKey
+from temporalio.common import SearchAttributeKey, SearchAttributePair, SearchAttributeUpdate, TypedSearchAttributes
+
+from workflows.mission.ledger import MissionLedger
+from workflows.mission.spec import ChildSpec, MissionSpec
 
 MISSION_STATE = SearchAttributeKey.for_keyword("MissionState")
 MISSION_AGGREGATION = SearchAttributeKey.for_keyword("MissionAggregation")
@@ -31,3 +34,27 @@ SEARCH_ATTRIBUTES = [
     MISSION_CHILDREN_OK, MISSION_CHILDREN_FAILED, MISSION_CHILDREN_PENDING,
     MISSION_ID, WORKLOAD_KIND, WORKLOAD_STATE,
 ]
+
+
+def workload_attributes(spec: MissionSpec, child: ChildSpec) -> TypedSearchAttributes:
+    """A workload's attributes at its start; it keeps `WorkloadState` current itself."""
+    return TypedSearchAttributes([
+        SearchAttributePair(MISSION_ID, spec.mission_id),
+        SearchAttributePair(MISSION_HOST_GROUP, spec.host_group),
+        SearchAttributePair(WORKLOAD_KIND, child.kind),
+        SearchAttributePair(WORKLOAD_STATE, "admitted"),
+    ])
+
+
+def mission_attributes(spec: MissionSpec, ledger: MissionLedger) -> list[SearchAttributeUpdate]:
+    """The mission's attributes as its ledger stands."""
+    summary = ledger.aggregation
+    return [
+        MISSION_STATE.value_set(ledger.parent_state),
+        MISSION_AGGREGATION.value_set(spec.aggregation.mode),
+        MISSION_HOST_GROUP.value_set(spec.host_group),
+        MISSION_ORCHESTRATOR.value_set(spec.orchestrator_id),
+        MISSION_CHILDREN_OK.value_set(len(summary.successful)),
+        MISSION_CHILDREN_FAILED.value_set(len(summary.failed)),
+        MISSION_CHILDREN_PENDING.value_set(len(summary.pending)),
+    ]

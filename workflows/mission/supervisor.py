@@ -16,10 +16,14 @@ rules live here:
 - fail-fast cancels the live siblings; the verdict itself is the aggregation's
   (`workflows.mission.aggregation.verdict_rule`).
 
-Every function takes the `MissionState`, changes it in place (the ledger through the pure
-aggregation functions) and returns the actions for the shell. `AdmissionView` is what the
-supervisor reads of the admission singleton's answers (`AdmissionClient` is one), so tests can
-drive it with plain data (tests/test_mission_supervisor.py).
+The shell hands it events: `hear(state, event, now)` takes what arrives by signal or update (an
+observation, a review, a stop, a refused signal), which only changes the state; `step(state, event,
+admission, now)` takes what the shell's loop meets (the plan, a pass after any news or timer, a
+child's end, closing, children gone silent) and returns the actions, in order. Both change the
+`MissionState` in place (the ledger inside it is immutable and replaced, through the pure
+aggregation functions). `AdmissionView` is what the supervisor reads of the admission singleton's
+answers (`AdmissionClient` is one), so tests drive it with plain data
+(tests/test_mission_supervisor.py).
 """
 
 from __future__ import annotations
@@ -29,13 +33,15 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Protocol
 
-from workflows.admission.messages import AdmissionDecision, Backpressure as AdmissionBackpressure
+from workflows.admission.messages import AdmissionDecision, Backpressure as AdmissionBackpressure, RequesterCarry
 from workflows.admission.model import LANE_OVERRIDE_POLICY, PREEMPTION_POLICY, REQUEUE_POLICY, AdmissionRequest
 from workflows.ids import ATTEMPT_SEPARATOR, admission_request_id, workload_workflow_id
 from workflows.mission import aggregation
 from workflows.mission.attempts import TAKEN_AWAY, AttemptStop, Judgement
 from workflows.mission.children import ChildRun, ChildRuns
-from workflows.mission.ledger import ChildAdmission, MissionLedger
+from workflows.inbound import Refusal
+from workflows.mission.ledger import ChildAdmission, MissionLedger, ReviewDecision
+from workflows.mission.messages import MissionCarry
 from workflows.mission.observation import ChildObservation, ends_workload
 from workflows.mission.planning import Assignment
 from workflows.mission.spec import ChildSpec, MissionSpec
@@ -116,9 +122,116 @@ class Note:
     """A line for the workflow's log."""
 
     text: str
+    warning: bool = False
 
 
 Action = Cancel | Submit | Start | Release | Note
+
+
+# --- events: what the shell hands over ---------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Observed:
+    """A child's observation arrived by signal."""
+
+    observation: ChildObservation
+
+
+@dataclass(frozen=True)
+class Reviewed:
+    decision: ReviewDecision
+
+
+@dataclass(frozen=True)
+class StopAsked:
+    """An operator asked the mission to stop supervising and close."""
+
+
+@dataclass(frozen=True)
+class SignalRefused:
+    refusal: Refusal
+
+
+Heard = Observed | Reviewed | StopAsked | SignalRefused
+
+
+@dataclass(frozen=True)
+class Planned:
+    """The planner's answer: where each routable child runs, and why the others cannot."""
+
+    assignments: dict[str, Assignment]
+    unroutable: Mapping[str, str]
+
+
+@dataclass(frozen=True)
+class Pass:
+    """Something arrived (admission news, an observation, a review, a stop) or a timer fired."""
+
+
+@dataclass(frozen=True)
+class Ended:
+    """The workload this run started has ended, with its last observation or without one
+    (`failure` says how, when it failed)."""
+
+    child_id: str
+    last: ChildObservation | None = None
+    failure: str | None = None
+
+
+@dataclass(frozen=True)
+class Closing:
+    """The mission closes (finished, stopped or cancelled): every live child is stopped."""
+
+    why: str
+
+
+@dataclass(frozen=True)
+class Closed:
+    """Every child has ended: judge the last attempts, give the ended children's leases back."""
+
+
+@dataclass(frozen=True)
+class Gone:
+    """Running children an earlier run started whose workflows no longer run."""
+
+    child_ids: list[str]
+
+
+Event = Planned | Pass | Ended | Closing | Closed | Gone
+
+
+def hear(state: MissionState, event: Heard, now: datetime) -> None:
+    """What arrives by signal or update only changes the state; the next pass acts on it."""
+    if isinstance(event, Observed):
+        observed(state, event.observation)
+    elif isinstance(event, Reviewed):
+        state.ledger = aggregation.apply_review(state.ledger, state.spec, event.decision)
+    elif isinstance(event, StopAsked):
+        state.stop_requested = True
+    else:
+        state.ledger = aggregation.record_refusal(state.ledger, event.refusal)
+
+
+def step(state: MissionState, event: Event, admission: AdmissionView, now: datetime) -> list[Action]:
+    """What the shell's loop met, and what to do about it."""
+    if isinstance(event, Planned):
+        submit = route(state, event.assignments, event.unroutable, now)
+        return [submit] if submit is not None else []
+    if isinstance(event, Pass):
+        return supervise(state, admission, now)
+    if isinstance(event, Ended):
+        return child_ended(state, event, admission, now)
+    if isinstance(event, Closing):
+        live = state.children.ids("running")
+        return [cancel_children(state, live, why=event.why)] if live else []
+    if isinstance(event, Closed):
+        # An earlier run's child that ended by its last word is judged too, so that its lease goes
+        # back unconfirmed with the others.
+        fold_observations(state)
+        actions = settle(state, admission)
+        return actions + release_ended(state, admission)
+    return gone_silent(state, event.child_ids, now)
 
 
 # --- planning ----------------------------------------------------------------------------------
@@ -218,6 +331,22 @@ def handle_ended(state: MissionState, child_id: str) -> None:
     run.phase, run.followed = "over", False
 
 
+def child_ended(state: MissionState, ended: Ended, admission: AdmissionView, now: datetime) -> list[Action]:
+    """The workload this run started has ended. Whatever ended it (a failure, a terminate, a
+    cancellation that could not report), the ledger must not wait for the child: without a last
+    word it is `unknown`, failing closed. Then its attempt is judged."""
+    handle_ended(state, ended.child_id)
+    if ended.last is not None:
+        # A long-lived workload signals its last observation too: folding one revision twice changes nothing.
+        state.observations.append(ended.last)
+    fold_observations(state)
+    actions: list[Action] = []
+    if not ends_workload(state.ledger.child(ended.child_id).observed_state):
+        how = f"failed without a last observation ({ended.failure})" if ended.failure else "ended without a last observation"
+        actions.append(record_unknown(state, ended.child_id, f"the workload {how}: check its runtime task", now))
+    return actions + settle(state, admission)
+
+
 def record_unknown(state: MissionState, child_id: str, note: str, now: datetime) -> Note:
     """A child that ended without a last word is `unknown` (failing closed): the ledger must not
     wait for it."""
@@ -226,7 +355,7 @@ def record_unknown(state: MissionState, child_id: str, note: str, now: datetime)
         child_id=child_id, attempt=child.attempt, kind=child.kind, revision=(child.revision or 0) + 1,
         observed_state="unknown", observed_at=now, lineage=child.lineage, note=note,
     ))
-    return Note(f"workload {child_id}: {note}")
+    return Note(f"workload {child_id}: {note}", warning=True)
 
 
 def gone_silent(state: MissionState, child_ids: list[str], now: datetime) -> list[Action]:
@@ -262,10 +391,7 @@ def supervise(state: MissionState, admission: AdmissionView, now: datetime) -> l
     ready = startable(state, admission)
     if ready:
         actions.append(start(state, ready, admission))
-    release = release_ended(state, admission)
-    if release is not None:
-        actions.append(release)
-    return actions
+    return actions + release_ended(state, admission)
 
 
 def cancel_children(state: MissionState, child_ids: list[str], why: str) -> Cancel:
@@ -274,7 +400,8 @@ def cancel_children(state: MissionState, child_ids: list[str], why: str) -> Canc
     workloads = [cid for cid in child_ids if state.children.phase_of(cid) == "running"]
     waiting = [cid for cid in child_ids if state.children.phase_of(cid) in ("waiting", "withdrawing")]
     for child_id in waiting:
-        state.children[child_id].phase = "done"
+        run = state.children[child_id]
+        run.phase, run.released = "done", True  # its request goes back with this cancel
     return Cancel(
         workloads=[state.workload_id(cid) for cid in workloads],
         requests=[state.children[cid].request_id for cid in waiting],
@@ -401,16 +528,55 @@ def start(state: MissionState, child_ids: list[str], admission: AdmissionView) -
     return Start(child_ids)
 
 
-def release_ended(state: MissionState, admission: AdmissionView) -> Release | None:
+def release_ended(state: MissionState, admission: AdmissionView) -> list[Action]:
     """Leases of children that are done go back (once each) without confirmation: the admission
-    client records each release as it sends it (undone if no singleton takes it)."""
+    client records each release as it sends it (undone if no singleton takes it). A done child's
+    request that the engine requeued (its lease expired or was taken away before it went back) is
+    withdrawn instead: left queued, it would be admitted again and held for nothing."""
     done = sorted((run for run in state.children.in_phase("done") if not run.released), key=lambda run: run.child_id)
-    if not done:
-        return None
     held = set(admission.held())
     for run in done:
         run.released = True
-    return Release([run.request_id for run in done if run.request_id in held])
+    actions: list[Action] = []
+    if done:
+        actions.append(Release([run.request_id for run in done if run.request_id in held]))
+    requeued = [run.request_id for run in done if admission.state_of(run.request_id) == "queued"]
+    if requeued:
+        actions.append(Cancel(workloads=[], requests=requeued, why="requeued after its child was done"))
+    return actions
+
+
+# --- continue-as-new ---------------------------------------------------------------------------
+
+
+def may_hand_over(state: MissionState, admission: AdmissionView) -> bool:
+    """Nothing the next run could not take over: no stop under way, no child waiting to start,
+    only long-lived children running (they report by signal, whichever run is current)."""
+    return (
+        not state.stop_requested
+        and not waiting(state, admission)
+        and all(state.child_spec(child_id).long_lived for child_id in state.children.ids("running"))
+    )
+
+
+def carry(state: MissionState, *, written_seq: int, admission: RequesterCarry) -> MissionCarry:
+    return MissionCarry(
+        ledger=state.ledger, assignments=state.assignments, children=state.children.records(),
+        observations=state.observations, written_seq=written_seq, admission=admission,
+    )
+
+
+def take_over(state: MissionState, carried: MissionCarry) -> None:
+    """Pick up where the previous run left off (the admission client restores its own part)."""
+    state.ledger = carried.ledger
+    state.assignments = dict(carried.assignments)
+    state.children = ChildRuns(carried.children)
+    state.observations = list(carried.observations)
+    fold_observations(state)
+    # A running child whose last observation has arrived (in an earlier run, which awaited its
+    # handle, or in flight at the handover) has ended: the ledger says so.
+    for child_id in state.children.ids("running"):
+        note_if_ended(state, child_id, state.ledger.child(child_id).observed_state)
 
 
 # --- reading the state -------------------------------------------------------------------------
@@ -438,6 +604,17 @@ def next_lease_expiry(state: MissionState, admission: AdmissionView, now: dateti
         if (decision := admission.decisions.get(run.request_id)) is not None and decision.lease_expires_at is not None
     ]
     return max(now + timedelta(seconds=1), min(expiries)) if expiries else None
+
+
+def progress_text(state: MissionState, admission: AdmissionView) -> str:
+    """The mission's line in the Temporal UI's current details."""
+    ledger = state.ledger
+    summary = ledger.aggregation
+    return (
+        f"{ledger.parent_state}: {summary.reason} "
+        f"({len(summary.successful)} ok, {len(summary.failed)} failed, {len(summary.pending)} pending, "
+        f"{len(state.children.ids('running'))} running){queued_text(state, admission)}"
+    )
 
 
 def queued_text(state: MissionState, admission: AdmissionView, at_most: int = 5) -> str:

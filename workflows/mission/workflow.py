@@ -1,10 +1,11 @@
 """MissionWorkflow: plan, admit, dispatch, supervise and aggregate one mission.
 
-A thin shell around pure cores: planning (`planning`), the supervisor that decides what each
-pass does about every child (`supervisor`, over one `ChildRun` per child: `children`), and the
-verdict (`aggregation`); admission is the host group's singleton, reached through
-`AdmissionClient`. What stays here is wiring: signals and child completions wake one loop, which
-asks the supervisor for a pass and carries out its actions (cancel, submit, start, release),
+A thin shell around pure cores: planning (`planning`), the supervisor that decides what the
+mission does about every child (`supervisor`, over one `ChildRun` per child: `children`), how a
+child starts (`dispatch`) and the verdict (`aggregation`); admission is the host group's
+singleton, reached through `AdmissionClient`. What stays here is wiring: signals and updates are
+handed to the supervisor (`hear`) and wake one loop, which hands it each pass, child's end and
+the closing (`step`) and carries out the actions it returns (cancel, submit, start, release),
 writes a snapshot when the ledger changed, and keeps the search attributes and current details
 true for operators in the Temporal UI.
 
@@ -33,7 +34,7 @@ from typing import Any
 
 from pydantic import TypeAdapter
 from temporalio import workflow
-from temporalio.common import RetryPolicy, SearchAttributePair, TypedSearchAttributes
+from temporalio.common import RetryPolicy
 from temporalio.exceptions import is_cancelled_exception
 from temporalio.workflow import ChildWorkflowCancellationType, ParentClosePolicy
 
@@ -46,34 +47,18 @@ with workflow.unsafe.imports_passed_through():
     from workflows.inbound import Refusal, Refused, argument, no_argument, refused_start, signal_argument
     from workflows.metrics import mission_closed
     from workflows.mission import aggregation, supervisor
-    from workflows.mission.children import ChildRuns
+    from workflows.mission.dispatch import child_start
     from workflows.mission.ledger import MissionLedger, ReviewDecision
-    from workflows.mission.messages import (
-        MISSION_WORKFLOW,
-        RUNNING_WORKFLOWS,
-        MissionCarry,
-        MissionInput,
-        ReviewRequest,
-        WorkflowIds,
-        read_mission_input,
-    )
-    from workflows.mission.observation import ALIVE_SIGNAL, OBSERVATION_SIGNAL, ChildObservation, ends_workload
+    from workflows.mission.messages import MISSION_WORKFLOW, RUNNING_WORKFLOWS, ReviewRequest, WorkflowIds, read_mission_input
+    from workflows.mission.observation import ALIVE_SIGNAL, OBSERVATION_SIGNAL, ChildObservation
     from workflows.mission.planning import plan_targets
-    from workflows.mission.search import (
-        MISSION_AGGREGATION,
-        MISSION_CHILDREN_FAILED,
-        MISSION_CHILDREN_OK,
-        MISSION_CHILDREN_PENDING,
-        MISSION_HOST_GROUP,
-        MISSION_ID,
-        MISSION_ORCHESTRATOR,
-        MISSION_STATE,
-        WORKLOAD_KIND,
-        WORKLOAD_STATE,
+    from workflows.mission.search import mission_attributes
+    from workflows.mission.supervisor import (
+        Action, Cancel, Closed, Closing, Ended, Event, Gone, Heard, MissionState, Note, Observed, Pass, Planned,
+        Release, Reviewed, SignalRefused, Start, StopAsked, Submit,
     )
-    from workflows.mission.supervisor import Action, Cancel, MissionState, Note, Release, Start, Submit
-    from workflows.workload.client import cancel_workload, result_of_failed, workload_workflow_id
-    from workflows.workload.messages import LIST_TARGETS, WORKLOAD_WORKFLOW, TargetList, WorkloadInput, WorkloadResult
+    from workflows.workload.client import cancel_workload, how_it_ended
+    from workflows.workload.messages import LIST_TARGETS, WORKLOAD_WORKFLOW, TargetList, WorkloadResult
 
 
 # How long a stopped child an earlier run started may stay silent before the mission asks the
@@ -82,15 +67,6 @@ SILENCE_BEFORE_ASKING = timedelta(seconds=10)
 # Where a client that sent a bad argument finds the right shape (docs/mission-control-api.md).
 REVIEW_HINT = "see `conductor mission schema review-request` and docs/mission-control-api.md"
 _CHILD_ID = TypeAdapter(str)
-
-
-def _failure_text(error: BaseException) -> str:
-    """A child workflow's failure, down to its cause (`ChildWorkflowError` only says that it failed)."""
-    parts = []
-    while error is not None and len(parts) < 3:
-        parts.append(getattr(error, "message", None) or str(error) or type(error).__name__)
-        error = error.__cause__ or getattr(error, "cause", None)
-    return ": ".join(parts)[:500]
 
 
 @workflow.defn(name=MISSION_WORKFLOW)
@@ -119,20 +95,24 @@ class MissionWorkflow:
         self._lease_timer = KeptTimer("next lease expiry")  # wakes a pass at the next lease expiry
         self._snapshots = LedgerWriter(lambda: self._state.ledger, self._snapshot_summary)
         self._shown_state: str | None = None
-        if input.carried is not None:
-            self._take_over(input.carried)
+        if input.carried is not None:  # the previous run continued as new
+            supervisor.take_over(self._state, input.carried)
+            self._snapshots.written_seq = input.carried.written_seq
+            self._admission.restore(input.carried.admission)
 
     # --- operator and child inputs ----------------------------------------------------------
+
+    def _hear(self, event: Heard) -> None:
+        supervisor.hear(self._state, event, workflow.now())
+        self._wake += 1
 
     @workflow.signal(name=OBSERVATION_SIGNAL, description=(
         "For this mission's workload workflows only: a child's new observation. Not an operator action."
     ))
     def workload_observed(self, *args: Any) -> None:
         observation = signal_argument(args, ChildObservation, OBSERVATION_SIGNAL, self._refuse)
-        if observation is None:
-            return
-        supervisor.observed(self._state, observation)
-        self._wake += 1
+        if observation is not None:
+            self._hear(Observed(observation))
 
     @workflow.signal(name=ALIVE_SIGNAL, description=(
         "For this mission's long-lived workload workflows only: a sign of life. Not an operator action."
@@ -152,8 +132,7 @@ class MissionWorkflow:
         except Refused as refused:
             self._refuse("stop", refused)
             return
-        self._state.stop_requested = True
-        self._wake += 1
+        self._hear(StopAsked())
 
     @workflow.update(description=(
         "Operators: approve or reject a manual-review mission (`conductor mission review`); "
@@ -161,12 +140,10 @@ class MissionWorkflow:
     ))
     def review(self, *args: Any) -> MissionLedger:
         request = argument(args, ReviewRequest, "the review update's argument")
-        decision = ReviewDecision(
-            operator=request.operator, decision=request.decision, reason=request.reason, decided_at=workflow.now(),
-        )
-        self._state.ledger = aggregation.apply_review(self._state.ledger, self._spec, decision)
         workflow.logger.info("review %s by %s: %s", request.decision, request.operator, request.reason)
-        self._wake += 1
+        self._hear(Reviewed(ReviewDecision(
+            operator=request.operator, decision=request.decision, reason=request.reason, decided_at=workflow.now(),
+        )))
         return self._state.ledger
 
     @review.validator
@@ -194,10 +171,7 @@ class MissionWorkflow:
     def _refuse(self, signal: str, refused: Refused) -> None:
         """A signal refused (workflows.inbound): logged, and kept in the ledger for operators."""
         workflow.logger.warning("signal %s refused: %s", signal, refused)
-        self._state.ledger = aggregation.record_refusal(
-            self._state.ledger, Refusal(at=workflow.now(), signal=signal, reason=str(refused)),
-        )
-        self._wake += 1  # the next pass writes and shows it
+        self._hear(SignalRefused(Refusal(at=workflow.now(), signal=signal, reason=str(refused))))
 
     # --- the run ----------------------------------------------------------------------------
 
@@ -222,6 +196,9 @@ class MissionWorkflow:
             raise
         return self._state.ledger
 
+    async def _step(self, event: Event) -> None:
+        await self._perform(supervisor.step(self._state, event, self._admission, workflow.now()))
+
     async def _plan(self) -> None:
         self._details("planning: listing executor targets")
         # A local activity: one marker event, no round trip through the server.
@@ -232,16 +209,16 @@ class MissionWorkflow:
             retry_policy=RetryPolicy(maximum_attempts=10, non_retryable_error_types=["TypeError"]),
             summary="list executor targets",
         )
-        submit = supervisor.route(self._state, *plan_targets(self._spec, targets.targets), workflow.now())
+        actions = supervisor.step(self._state, Planned(*plan_targets(self._spec, targets.targets)), self._admission, workflow.now())
         await self._snapshots.write()
-        if submit is not None:
-            self._details(f"admitting: {len(submit.requests)} requests to admission:{self._spec.host_group}")
-            await self._admission.submit(submit.requests)
+        if actions:
+            self._details(f"admitting: {len(self._state.children.ids())} requests to admission:{self._spec.host_group}")
+            await self._perform(actions)
 
     async def _supervise(self) -> None:
         while True:
             at_start = (self._wake, self._admission.version)
-            await self._perform(supervisor.supervise(self._state, self._admission, workflow.now()))
+            await self._step(Pass())
             finished = supervisor.finished(self._state, self._admission)
             if not finished:  # a finished mission's ledger is written and shown by closing
                 await self._snapshots.write()
@@ -260,15 +237,34 @@ class MissionWorkflow:
                 await self._snapshots.write(flush=True)  # the next run starts from a stored ledger
                 if self._continue_as_new_due():
                     self._lease_timer.cancel()
-                    workflow.continue_as_new(self._carry())
+                    self._details(f"continuing as new with {len(self._state.children.ids('running'))} running children")
+                    workflow.continue_as_new(self._input.model_copy(update={"carried": supervisor.carry(
+                        self._state, written_seq=self._snapshots.written_seq, admission=self._admission.carry(),
+                    )}))
+
+    def _continue_as_new_due(self) -> bool:
+        """The history is long, and nothing is in flight that the next run could not take over."""
+        info = workflow.info()
+        return (
+            (info.is_continue_as_new_suggested() or info.get_current_history_length() >= self._input.max_history_events)
+            and workflow.all_handlers_finished()
+            and not self._admission.sending
+            and supervisor.may_hand_over(self._state, self._admission)
+        )
 
     async def _perform(self, actions: list[Action]) -> None:
         """Carry out the supervisor's actions, in order."""
         for action in actions:
             if isinstance(action, Note):
-                workflow.logger.info("%s", action.text)
+                (workflow.logger.warning if action.warning else workflow.logger.info)("%s", action.text)
             elif isinstance(action, Cancel):
-                await self._cancel(action)
+                for workflow_id in action.workloads:
+                    workflow.logger.info("cancelling workload %s: %s", workflow_id, action.why)
+                # By workflow id, not through the child handle: a long-lived workload has usually
+                # continued-as-new, and only a request by id reaches its current run.
+                await asyncio.gather(*(cancel_workload(workflow_id) for workflow_id in action.workloads))
+                if action.requests:  # never started: out of the queue, so they are never admitted
+                    await self._admission.cancel(action.requests)
             elif isinstance(action, Submit):
                 await self._admission.submit(action.requests)
             elif isinstance(action, Start):
@@ -286,59 +282,6 @@ class MissionWorkflow:
                 # which wakes the next pass. Closing and continuing as new wait for what is on its way.
                 self._admission.release_in_background(action.request_ids)
 
-    async def _cancel(self, action: Cancel) -> None:
-        for workflow_id in action.workloads:
-            workflow.logger.info("cancelling workload %s: %s", workflow_id, action.why)
-        # By workflow id, not through the child handle: a long-lived workload has usually
-        # continued-as-new, and only a request by id reaches its current run.
-        await asyncio.gather(*(cancel_workload(workflow_id) for workflow_id in action.workloads))
-        if action.requests:  # never started: out of the queue, so they are never admitted
-            await self._admission.cancel(action.requests)
-
-    # --- continue-as-new --------------------------------------------------------------------
-
-    def _continue_as_new_due(self) -> bool:
-        """The history is long, and nothing is in flight that the next run could not take over:
-        no update handler running, no child waiting to start, only long-lived children running
-        (they report by signal, whichever run is current)."""
-        info = workflow.info()
-        state = self._state
-        return (
-            not state.stop_requested
-            and (info.is_continue_as_new_suggested() or info.get_current_history_length() >= self._input.max_history_events)
-            and workflow.all_handlers_finished()
-            and not self._admission.sending
-            and not supervisor.waiting(state, self._admission)
-            and all(state.child_spec(child_id).long_lived for child_id in state.children.ids("running"))
-        )
-
-    def _carry(self) -> MissionInput:
-        state = self._state
-        self._details(f"continuing as new with {len(state.children.ids('running'))} running children")
-        return self._input.model_copy(update={"carried": MissionCarry(
-            ledger=state.ledger,
-            assignments=state.assignments,
-            children=state.children.records(),
-            observations=state.observations,
-            written_seq=self._snapshots.written_seq,
-            admission=self._admission.carry(),
-        )})
-
-    def _take_over(self, carried: MissionCarry) -> None:
-        """Pick up where the previous run left off (it continued as new)."""
-        state = self._state
-        state.ledger = carried.ledger
-        state.assignments = dict(carried.assignments)
-        state.children = ChildRuns(carried.children)
-        state.observations = list(carried.observations)
-        self._snapshots.written_seq = carried.written_seq
-        self._admission.restore(carried.admission)
-        supervisor.fold_observations(state)
-        # A running child whose last observation has arrived (in an earlier run, which awaited
-        # its handle, or in flight at the handover) has ended: the ledger says so.
-        for child_id in state.children.ids("running"):
-            supervisor.note_if_ended(state, child_id, state.ledger.child(child_id).observed_state)
-
     # --- children ---------------------------------------------------------------------------
 
     async def _start_children(self, child_ids: list[str]) -> None:
@@ -347,104 +290,53 @@ class MissionWorkflow:
             asyncio.ensure_future(self._follow_child(child_id, handle))
 
     async def _start_child(self, child_id: str) -> workflow.ChildWorkflowHandle:
-        spec = self._spec
-        child = self._state.child_spec(child_id)
-        target = self._state.assignments[child_id]
-        attempt = self._state.ledger.child(child_id).attempt
-        # Long-lived children outlive this run when it continues as new: ABANDON, not cancelled
-        # with it; they report by signal, their end included (see WorkloadInput), and stop
-        # themselves if the mission is ever gone.
-        outlives_run = child.long_lived
+        start = child_start(self._state, child_id, parent_id=workflow.info().workflow_id, mission=self._input)
         return await workflow.start_child_workflow(
-            WORKLOAD_WORKFLOW,
-            WorkloadInput(
-                mission_id=spec.mission_id,
-                orchestrator_id=spec.orchestrator_id,
-                child=child,
-                target_id=target.target_id,
-                executor_id=target.executor_id,
-                runtime_id=target.runtime_id,
-                parent_id=workflow.info().workflow_id,
-                attempt=attempt,
-                poll_interval_seconds=self._input.poll_interval_seconds,
-                **({"report_to_mission_by_signal": True, "watch_max_seconds": self._input.alive_every_seconds} if outlives_run else {}),
-            ),
-            id=workload_workflow_id(spec.mission_id, child_id, attempt),
+            WORKLOAD_WORKFLOW, start.input, id=start.workflow_id,
             cancellation_type=ChildWorkflowCancellationType.WAIT_CANCELLATION_COMPLETED,
-            parent_close_policy=ParentClosePolicy.ABANDON if outlives_run else ParentClosePolicy.REQUEST_CANCEL,
-            static_summary=f"{child.kind} {child_id} on {target.target_id}" + (f" (attempt {attempt})" if attempt > 1 else ""),
-            search_attributes=TypedSearchAttributes([
-                SearchAttributePair(MISSION_ID, spec.mission_id),
-                SearchAttributePair(MISSION_HOST_GROUP, spec.host_group),
-                SearchAttributePair(WORKLOAD_KIND, child.kind),
-                SearchAttributePair(WORKLOAD_STATE, "admitted"),
-            ]) if self._input.search_attributes else None,
-            result_type=WorkloadResult,
+            parent_close_policy=ParentClosePolicy.ABANDON if start.outlives_run else ParentClosePolicy.REQUEST_CANCEL,
+            static_summary=start.summary, search_attributes=start.search_attributes, result_type=WorkloadResult,
         )
 
     async def _follow_child(self, child_id: str, handle: workflow.ChildWorkflowHandle) -> None:
-        state = self._state
-        ending = "ended without a last observation"
         try:
             result: WorkloadResult = await handle
-            # A workload's last observation travels in its result (a long-lived one signals it
-            # too: folding the same revision twice changes nothing).
-            state.observations.append(result.observation)
+            ended = Ended(child_id, last=result.observation)
         except Exception as error:  # a failed or cancelled child is reported by its observations
-            ended = result_of_failed(error)
-            if ended is not None:
-                # A workload whose verdict is not success fails its workflow (so the Temporal UI
-                # shows it failed); its last observation travels in the failure's details.
-                state.observations.append(ended.observation)
-            elif not is_cancelled_exception(error):
-                workflow.logger.warning("workload %s ended with %s", child_id, error)
-                ending = f"failed without a last observation ({_failure_text(error)})"
-        finally:
-            supervisor.handle_ended(state, child_id)
-            self._wake += 1
-        # Whatever ended it (a failure, a terminate, a cancellation that could not report), the
-        # ledger must not wait for the child: without a last word it is `unknown`, failing closed.
-        supervisor.fold_observations(state)
-        if not ends_workload(state.ledger.child(child_id).observed_state):
-            note = supervisor.record_unknown(state, child_id, f"the workload {ending}: check its runtime task", workflow.now())
-            workflow.logger.warning("%s", note.text)
-        await self._perform(supervisor.settle(state, self._admission))
+            # A workload whose verdict is not success fails its workflow (so the Temporal UI shows
+            # it failed); its last observation travels in the failure's details.
+            ended = Ended(child_id, *how_it_ended(error))
+        self._wake += 1
+        await self._step(ended)
 
     # --- closing ----------------------------------------------------------------------------
 
     async def _close(self, why: str) -> None:
         """Stop every live child (runtime tasks included), give back admission, final snapshot."""
-        state = self._state
         self._lease_timer.cancel()
-        live = state.children.ids("running")
+        live = self._state.children.ids("running")
         if live:
             self._details(f"{why}: stopping {len(live)} live children")
-            await self._cancel(supervisor.cancel_children(state, live, why=why))
+            await self._step(Closing(why))
             await self._until_children_ended()
-        supervisor.fold_observations(state)
-        # An earlier run's child that ended by its last word is judged too, so that its lease goes
-        # back unconfirmed with the others.
-        await self._perform(supervisor.settle(state, self._admission))
+        # Leases of children that are done go back as every pass gives them back, unconfirmed;
+        # what is left (requests never started or still queued) waits for the answer. Confirming
+        # the ended ones too cost a fan-out a signal each way and one more snapshot.
+        await self._step(Closed())
         self._snapshots.closing = True  # from here on, only the final snapshot is written
-        # Leases of children that ended since the last pass go back as every pass gives them back,
-        # unconfirmed; what is left (requests never started or still queued) waits for the answer.
-        # Confirming the ended ones too cost a fan-out a signal each way and one more snapshot.
         # An unconfirmed release is recorded as it is sent: when only such deliveries are left,
         # the final snapshot is written while they travel (one round trip less before the mission
         # ends), and written again only if one found no singleton. Answers still to come (to what
         # had to be confirmed) change the ledger: then it is written once, after them.
-        release = supervisor.release_ended(state, self._admission)
-        if release is not None:
-            await self._perform([release])
-        supervisor.fold(state, self._admission)
+        supervisor.fold(self._state, self._admission)
         early = asyncio.ensure_future(self._snapshots.write(flush=True)) if self._admission.only_deliveries_left() else None
         await self._admission.give_back_everything()
         if early is not None:
             await early
-        supervisor.fold(state, self._admission)
+        supervisor.fold(self._state, self._admission)
         await self._snapshots.write(flush=True)
         self._publish(closing=True)
-        mission_closed(workflow.metric_meter(), self._spec.host_group, state.ledger.parent_state)
+        mission_closed(workflow.metric_meter(), self._spec.host_group, self._state.ledger.parent_state)
 
     async def _until_children_ended(self) -> None:
         """Children this run started end with their handle. One an earlier run started ends
@@ -468,9 +360,7 @@ class MissionWorkflow:
                 RUNNING_WORKFLOWS, WorkflowIds(ids=list(ids)), result_type=WorkflowIds,
                 start_to_close_timeout=timedelta(seconds=30), summary="are the silent children still running",
             )
-            gone = [child_id for workflow_id, child_id in ids.items() if workflow_id not in running.ids]
-            for note in supervisor.gone_silent(self._state, gone, workflow.now()):
-                workflow.logger.warning("%s", note.text)
+            await self._step(Gone([child_id for workflow_id, child_id in ids.items() if workflow_id not in running.ids]))
 
     # --- what operators see -----------------------------------------------------------------
 
@@ -481,26 +371,11 @@ class MissionWorkflow:
     def _publish(self, *, closing: bool = False) -> None:
         """Current details always; search attributes when the state changes, and when closing
         (so a closed mission's children counts are exact)."""
-        ledger = self._state.ledger
-        summary = ledger.aggregation
-        self._details(
-            f"{ledger.parent_state}: {summary.reason} "
-            f"({len(summary.successful)} ok, {len(summary.failed)} failed, {len(summary.pending)} pending, "
-            f"{len(self._state.children.ids('running'))} running){supervisor.queued_text(self._state, self._admission)}"
-        )
-        if ledger.parent_state == self._shown_state and not closing:
-            return
-        self._shown_state = ledger.parent_state
-        if self._input.search_attributes:
-            workflow.upsert_search_attributes([
-                MISSION_STATE.value_set(ledger.parent_state),
-                MISSION_AGGREGATION.value_set(self._spec.aggregation.mode),
-                MISSION_HOST_GROUP.value_set(self._spec.host_group),
-                MISSION_ORCHESTRATOR.value_set(self._spec.orchestrator_id),
-                MISSION_CHILDREN_OK.value_set(len(summary.successful)),
-                MISSION_CHILDREN_FAILED.value_set(len(summary.failed)),
-                MISSION_CHILDREN_PENDING.value_set(len(summary.pending)),
-            ])
+        self._details(supervisor.progress_text(self._state, self._admission))
+        parent_state = self._state.ledger.parent_state
+        if (parent_state != self._shown_state or closing) and self._input.search_attributes:
+            workflow.upsert_search_attributes(mission_attributes(self._spec, self._state.ledger))
+        self._shown_state = parent_state
 
     def _details(self, text: str) -> None:
         workflow.set_current_details(f"mission {self._spec.mission_id} ({self._spec.goal}): {text}")

@@ -12,9 +12,10 @@ reaches whichever run is current.
 from __future__ import annotations
 
 from temporalio import workflow
-from temporalio.exceptions import ApplicationError, ChildWorkflowError
+from temporalio.exceptions import ApplicationError, ChildWorkflowError, is_cancelled_exception
 
 from workflows.ids import workload_workflow_id  # noqa: F401 (defined once there)
+from workflows.mission.observation import ChildObservation
 from workflows.workload.messages import WorkloadResult
 
 # A workload whose verdict is not success fails its workflow with an ApplicationError of type
@@ -50,3 +51,23 @@ def result_of_failed(error: BaseException) -> WorkloadResult | None:
         return WorkloadResult.model_validate(cause.details[0])
     except Exception:  # not ours after all (or unreadable): the parent fails closed on it
         return None
+
+
+def how_it_ended(error: BaseException) -> tuple[ChildObservation | None, str | None]:
+    """A child workload's end, from what awaiting its handle raised: its last observation (a
+    verdict failure carries it) or, when it failed without one, why (neither when it was cancelled)."""
+    ended = result_of_failed(error)
+    if ended is not None:
+        return ended.observation, None
+    if is_cancelled_exception(error):
+        return None, None
+    return None, failure_text(error)
+
+
+def failure_text(error: BaseException) -> str:
+    """A failure down to its cause (`ChildWorkflowError` only says that the child failed)."""
+    parts = []
+    while error is not None and len(parts) < 3:
+        parts.append(getattr(error, "message", None) or str(error) or type(error).__name__)
+        error = error.__cause__ or getattr(error, "cause", None)
+    return ": ".join(parts)[:500]
