@@ -1,7 +1,7 @@
 """The continue-as-new input of a singleton holding N leases, in the carried format of before and now.
 
 Run: `.venv/bin/python bench/admission_carried.py [--leases 20000,50000,100000,200000] [--shape all]`.
-Not part of the test-suite (tests/test_admission_carried_state.py asserts a bound at 100,000 leases).
+Not part of the test-suite (tests/engine/test_admission_carried_state.py asserts a bound at 100,000 leases).
 
 Bytes are those of the JSON payload the pydantic data converter produces for the real
 `AdmissionWorkflowInput` (what the server stores and limits to 2 MB; the Python SDK warns from

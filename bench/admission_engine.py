@@ -33,7 +33,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests import admission_reference as reference  # noqa: E402
+from tests.support import admission_reference as reference  # noqa: E402
 from workflows.admission import engine  # noqa: E402
 from workflows.admission.model import (  # noqa: E402
     AdmissionPolicy,

@@ -1,7 +1,7 @@
 """Sustained admission: held leases renewed at a short TTL while new requests keep arriving.
 
 Run: `.venv/bin/python bench/admission_sustained.py [--quick] [--steps 1000,2000,5000] [--ttl 15]`.
-Not part of the test-suite (tests/test_bench_admission_sustained.py runs `--quick` for its shape).
+Not part of the test-suite (tests/e2e/test_bench_admission_sustained.py runs `--quick` for its shape).
 
 Lease holders are requester workflows that use the real `AdmissionClient`: each submits one batch
 of `--batch` requests, holds what it is given and keeps it alive with the client's renewal loop

@@ -30,7 +30,7 @@ closed; child processes still alive after everything settled; missions or worklo
 after a bounded wait (hangs). It exits 1 if any invariant is violated, 0 otherwise. Every loop is
 bounded in count and time; every process it started is killed on the way out (also on Ctrl-C).
 The scratch directory (logs, databases) is removed unless `--keep` or a violation was found.
-`--quick` is the small form that tests/test_chaos.py runs.
+`--quick` is the small form that tests/e2e/test_chaos.py runs.
 """
 
 from __future__ import annotations
@@ -1043,7 +1043,7 @@ if __name__ == "__main__":
     parser.add_argument("--missions", type=int, help="missions per scenario (default: 10/8/8/10/3, --quick 2/2/2/2/1)")
     parser.add_argument("--children", type=int, help="children per mission (default 4, lease-expiry 3; --quick 2)")
     parser.add_argument("--seed", type=int, help="random seed (printed, to repeat a run)")
-    parser.add_argument("--quick", action="store_true", help="the small form CI runs (tests/test_chaos.py)")
+    parser.add_argument("--quick", action="store_true", help="the small form CI runs (tests/e2e/test_chaos.py)")
     parser.add_argument("--scratch", help="directory for logs and databases (default: a new temporary one)")
     parser.add_argument("--keep", action="store_true", help="keep the scratch directory")
     code = 130

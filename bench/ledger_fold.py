@@ -8,7 +8,7 @@ baseline folds every change with a call of its own (`apply_admission`, `start_at
 `apply_observation`), each re-aggregating the whole ledger: O(n) a change, O(n^2) a batch, as the
 workflow did before it folded batches. The batch is one call of `apply_admissions`,
 `start_attempts` and `apply_observations`. Both give the same ledger (checked here, and by
-`tests/test_mission_aggregation.py`). Figures are medians over
+`tests/engine/test_mission_aggregation.py`). Figures are medians over
 rounds, printed as ratios against the baseline run in the same process.
 """
 

@@ -2,7 +2,7 @@
 
 The client (`activities/`) has its own models of the same API; the two are written apart on
 purpose, so a misreading of the real server cannot hide on both sides of the wire at once
-(`tests/test_substrate_imports.py` keeps `substrate/` from importing `activities/`).
+(`tests/substrate/test_substrate_imports.py` keeps `substrate/` from importing `activities/`).
 
 Sources, all `jmagly/agentic-sandbox` at commit e901dc2:
 - `management/src/http/fleet.rs`: `ObservationRequest`, `RuntimeIdentityRequest` and

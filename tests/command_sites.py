@@ -214,7 +214,7 @@ async def _replay_traced(history_paths: list[Path], sites: list[Site]) -> dict[S
     from worker.payloads import DATA_CONVERTER
     from temporalio.worker import Replayer
 
-    from tests.decision_sink import DecisionSinkWorkflow
+    from tests.support.decision_sink import DecisionSinkWorkflow
     from worker.worker import WORKFLOWS
     from workflows.admission.probe import AdmissionProbeWorkflow
 

@@ -11,7 +11,7 @@ import pytest
 from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
-from tests.postgres import postgres_server, postgres_url  # noqa: F401  (shared fixtures: a throw-away PostgreSQL)
+from tests.support.postgres import postgres_server, postgres_url  # noqa: F401  (shared fixtures: a throw-away PostgreSQL)
 from worker.binaries import temporal_cli, temporal_test_server
 from worker.payloads import DATA_CONVERTER
 from worker.process import exit_now, temporal_core_loaded

@@ -1,4 +1,4 @@
-"""Record the workflow histories that tests/test_replay.py replays on every run.
+"""Record the workflow histories that tests/workflows/test_replay.py replays on every run.
 
     .venv/bin/python -m tests.record_histories [--only PREFIX]...
 
@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import socket
 import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
@@ -28,10 +27,11 @@ from activities.admission import set_policy_with_start, signal_with_start_admiss
 from activities.fleet import FleetActivities
 from activities.sandbox_client import FleetClient, NotFound
 from substrate.server import RunningSubstrate, serve_in_thread
-from tests.decision_sink import DecisionSinkWorkflow
-from tests.polling import eventually
-from tests.substrate_fixtures import substrate_config
-from tests.substrate_support import EXECUTOR_TOKEN, FLEET_TOKEN
+from tests.support.decision_sink import DecisionSinkWorkflow
+from tests.support.processes import eventually
+from worker.ports import free_port
+from tests.support.substrate_fixtures import substrate_config
+from tests.support.substrate_support import EXECUTOR_TOKEN, FLEET_TOKEN
 from worker.binaries import temporal_cli
 from worker.config import WorkerConfig
 from worker.lease import NotAdmitted, acquire, hold, kept
@@ -92,12 +92,6 @@ async def ended(handle) -> None:
         pass
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 async def main() -> None:
     HISTORIES.mkdir(exist_ok=True)
     with tempfile.TemporaryDirectory() as scratch:
@@ -120,7 +114,7 @@ async def record(client: Client, substrate: RunningSubstrate, scratch: Path) -> 
     url = substrate.base_url
     config = WorkerConfig(data_dir=scratch, task_queue=TASK_QUEUE, admission_policy=POLICY, fleet_url=url, executor_url=url)
     fleet = FleetActivities(url, url, FLEET_TOKEN, EXECUTOR_TOKEN)
-    dead = f"http://127.0.0.1:{free_port()}"
+    dead = f"http://127.0.0.1:{free_port('127.0.0.1')}"
     broken = WorkerConfig(data_dir=scratch, task_queue=NO_EXECUTOR_QUEUE, admission_policy=POLICY, fleet_url=url, executor_url=dead)
     no_executor = FleetActivities(url, dead, FLEET_TOKEN, EXECUTOR_TOKEN)
     try:
@@ -452,7 +446,7 @@ async def workloads_verified(client: Client) -> None:
 if __name__ == "__main__":
     from worker.process import exit_now
 
-    parser = argparse.ArgumentParser(description="Record the histories that tests/test_replay.py replays.")
+    parser = argparse.ArgumentParser(description="Record the histories that tests/workflows/test_replay.py replays.")
     parser.add_argument("--only", action="append", default=[], help="write only the histories whose names start with this (repeatable)")
     options = parser.parse_args()
     ONLY = tuple(options.only) or ("",)

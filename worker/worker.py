@@ -70,10 +70,10 @@ def deployment_config(config: WorkerConfig) -> WorkerDeploymentConfig | None:
 
 
 # Every module under `workflows/` is deterministic and side-effect free (CONTRIBUTING.md; checked
-# by tests/test_workflow_determinism.py), so the worker runs workflows outside the SDK's sandbox:
+# by tests/workflows/test_workflow_determinism.py), so the worker runs workflows outside the SDK's sandbox:
 # with the whole package passed through it refused nothing in our modules and still cost 0.3 s
 # of CPU per 100-child mission. Its refusals stay where they guard releases: the replays of
-# tests/test_replay.py and `conductor replay` run under the SDK's strict default sandbox
+# tests/workflows/test_replay.py and `conductor replay` run under the SDK's strict default sandbox
 # (docs/workflow-costs.md, "The workflow sandbox").
 PRODUCTION_WORKFLOW_RUNNER = UnsandboxedWorkflowRunner()
 

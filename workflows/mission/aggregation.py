@@ -291,7 +291,7 @@ def _commit_each(before: MissionLedger, changes: Iterable[tuple[str, ChildChange
     and at the end.
 
     Relies on what every function here returns: an aggregated ledger (so an unchanged child
-    leaves the ledger unchanged). `tests/test_mission_aggregation.py` checks that a batch gives
+    leaves the ledger unchanged). `tests/engine/test_mission_aggregation.py` checks that a batch gives
     the ledger of its changes folded one call each, on random batches.
     """
     position = {child.child_id: index for index, child in enumerate(before.children)}

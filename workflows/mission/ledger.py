@@ -16,7 +16,7 @@ required evidence): a snapshot explains itself without the spec, and functions t
 
 Imported inside the Temporal workflow sandbox: pydantic and side-effect-free stdlib only
 (`hashlib` and `json` are deterministic). Never holds credentials: nothing in it is a token, and
-`tests/test_ledger_store.py` scans a stored ledger for the worker's token values to keep it so.
+`tests/stores/test_ledger_store.py` scans a stored ledger for the worker's token values to keep it so.
 """
 
 from __future__ import annotations

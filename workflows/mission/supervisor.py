@@ -23,7 +23,7 @@ child's end, closing, children gone silent) and returns the actions, in order. B
 `MissionState` in place (the ledger inside it is immutable and replaced, through the pure
 aggregation functions). `AdmissionView` is what the supervisor reads of the admission singleton's
 answers (`AdmissionClient` is one), so tests drive it with plain data
-(tests/test_mission_supervisor.py).
+(tests/engine/test_mission_supervisor.py).
 """
 
 from __future__ import annotations

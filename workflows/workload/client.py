@@ -5,7 +5,7 @@ Cancel a workload through `cancel_workload(workflow_id)`, not `ChildWorkflowHand
 the child handle aims its request at the child's first run, and a workload that has continued
 as new (every long-lived one does, eventually) is no longer that run, so the server accepts
 the request and nobody receives it (seen on the dev server 1.32 with the Python SDK 1.35;
-tests/test_workload_workflow.py covers the path used here). A request by workflow id alone
+tests/workflows/test_workload_workflow.py covers the path used here). A request by workflow id alone
 reaches whichever run is current.
 """
 

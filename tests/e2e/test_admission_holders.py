@@ -1,0 +1,278 @@
+"""Admission as a shared service: holders that are not workflows share a host group with missions.
+
+One dev server, one host group, and independent schedulers on it: the conductor's missions, the
+`temporal` CLI speaking the holder updates (workflows/admission/holders.py), and processes under
+`conductor admission run` (worker/admission_run.py, run as a real process). The quota holds across
+all of them; a preemptible wrapped process loses its lease to an urgent mission and is stopped; a
+wrapper killed outright frees its capacity at the TTL; a request never admitted never runs its
+command; signals reach the command. AIWG's shared-host-scheduler.ts describes the same contract:
+one admission authority per host group for every orchestrator and provider-native loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import subprocess
+from pathlib import Path
+
+import pytest
+from temporalio.client import Client, WorkflowUpdateFailedError
+
+from activities.admission import set_policy_with_start
+from substrate.procs import alive
+from tests.support.substrate_fixtures import substrate  # noqa: F401  (fixture)
+from tests.support.cli_support import conductor_command, conductor_now, ended, environment_for, run_process
+from tests.support.mission_harness import mission_harness
+from tests.support.processes import eventually
+from worker.admission_run import EXIT_LEASE_LOST, EXIT_NOT_ADMITTED
+from worker.binaries import temporal_cli
+from worker.lease import acquire, hold
+from worker.mission_control import parse_spec
+from workflows.admission.holders import AwaitDecision, GiveBack, HeldRequest, RenewLease
+from workflows.admission.messages import (
+    ADMISSION_WORKFLOW,
+    AdmissionDecision,
+    AdmissionWorkflowInput,
+    LeaseRow,
+    PolicyChange,
+    admission_workflow_id,
+)
+from workflows.admission.model import AdmissionPolicy, AuditEvent
+
+ONE_SLOT = AdmissionPolicy(max_concurrent=1, runtime_quotas={"host": 1}, lease_ttl_seconds=4, allow_preemption=True)
+
+
+def _env(client: Client) -> dict[str, str]:
+    return environment_for(client.service_client.config.target_host)
+
+
+async def _host_group(client: Client, h, name: str | None = None, policy: AdmissionPolicy = ONE_SLOT) -> str:
+    """A host group of this test's, started with `policy` as an operator would."""
+    host_group = name or f"hg-{h.suffix}"
+    await set_policy_with_start(client, h.config.task_queue, host_group, PolicyChange(operator="ops", policy=policy))
+    return host_group
+
+
+async def _wrapper(client: Client, host_group: str, *args: str) -> asyncio.subprocess.Process:
+    """`conductor admission run --host-group G ARGS` as a real process."""
+    return await asyncio.create_subprocess_exec(
+        *conductor_command(), "admission", "run", "--host-group", host_group, *args,
+        env=_env(client), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )
+
+
+async def _leases(client: Client, host_group: str) -> list[LeaseRow]:
+    return await client.get_workflow_handle(admission_workflow_id(host_group)).query("leases", result_type=list[LeaseRow])
+
+
+async def _audit(client: Client, host_group: str) -> list[AuditEvent]:
+    return await client.get_workflow_handle(admission_workflow_id(host_group)).query("audit", 200, result_type=list[AuditEvent])
+
+
+async def _until_audited(client: Client, host_group: str, request_id: str) -> None:
+    """Until the singleton has recorded `request_id` (queued, at least)."""
+    async def seen() -> bool:
+        return any(event.request_id == request_id for event in await _audit(client, host_group))
+
+    await eventually(seen, f"request {request_id} recorded", within=30)
+
+
+async def _until_written(path: Path) -> str:
+    """What a wrapped command wrote into `path` once it runs."""
+    async def written() -> str | None:
+        return (path.read_text().strip() or None) if path.exists() else None
+
+    return await eventually(written, f"the wrapped command writing {path.name}", within=30)
+
+
+async def _temporal(client: Client, *args: str) -> tuple[int, str, str]:
+    return await run_process(temporal_cli(), *args, env=_env(client))
+
+
+async def test_a_wrapped_command_runs_under_a_lease_and_exits_with_its_status(dev_client: Client, substrate, tmp_path):
+    async with mission_harness(dev_client, substrate, tmp_path, as_in_production=True) as h:
+        host_group = await _host_group(dev_client, h)
+        wrapper = await _wrapper(dev_client, host_group, "--request-id", "w-status", "--", "sh", "-c", "echo hello; exit 3")
+        code, out, err = await ended(wrapper)
+        assert (code, out) == (3, "hello\n"), err
+        assert "admitted: request w-status holds a lease" in err and err.count("\n") == 1, err
+        events = [(event.type, event.reason) for event in await _audit(dev_client, host_group) if event.request_id == "w-status"]
+        assert [kind for kind, _ in events] == ["queued", "admitted", "released"], events
+        assert await _leases(dev_client, host_group) == []
+
+
+async def test_missions_the_temporal_cli_and_wrapped_processes_share_one_quota(dev_client: Client, substrate, tmp_path):
+    async with mission_harness(dev_client, substrate, tmp_path, as_in_production=True) as h:
+        host_group = f"hg-{h.suffix}"
+        singleton = admission_workflow_id(host_group)
+        await set_policy_with_start(dev_client, h.config.task_queue, host_group, PolicyChange(operator="ops", policy=ONE_SLOT))
+        marker = tmp_path / "wrapped.pid"
+        victim = await _wrapper(dev_client, host_group, "--request-id", "w-victim", "--preemptible", "--grace", "2",
+                                "--", "sh", "-c", f"echo $$ > {marker}; exec sleep 300")
+
+        command_pid = int(await _until_written(marker))
+
+        # A TypeScript Cockpit or an operator's script: the holder updates through the `temporal` CLI.
+        acquire = {"holder": "cockpit", "request": {"request_id": "cli-1", "orchestrator_id": "cockpit"}, "wait_seconds": 1}
+        code, out, err = await _temporal(h.client, "workflow", "update", "execute", "--workflow-id", singleton,
+                                         "--name", "acquire", "--input", json.dumps(acquire), "--output", "json")
+        assert code == 0, err
+        queued = AdmissionDecision.model_validate(json.loads(out)["result"]) if "result" in json.loads(out) else None
+        assert queued is not None and queued.state == "queued" and queued.position == 1, out
+        assert len(await _leases(dev_client, host_group)) == 1  # the wrapped process holds the only slot
+
+        # An urgent mission preempts the preemptible wrapped process, which is stopped; the mission runs.
+        urgent = parse_spec(h.spec("urgent", [{"child_id": "now", "kind": "one-shot-command", "prompt": "true", "priority": 9}]))
+        ledger = await h.control.run(urgent)
+        assert ledger.parent_state == "completed"
+        code, _, err = await ended(victim)
+        assert code == EXIT_LEASE_LOST and "lease lost (preempted by urgent-" in err, (code, err)
+        assert not alive(command_pid)
+
+        # The CLI holder's request comes next: a long poll hears its admission, then it gives the lease back.
+        poll = {"holder": "cockpit", "request_id": "cli-1", "after_revision": queued.revision, "wait_seconds": 30}
+        decision = None
+        while decision is None or decision.state == "queued":
+            code, out, err = await _temporal(h.client, "workflow", "update", "execute", "--workflow-id", singleton,
+                                             "--name", "await_decision", "--input", json.dumps(poll), "--output", "json")
+            assert code == 0, err
+            decision = AdmissionDecision.model_validate(json.loads(out)["result"])
+            poll["after_revision"] = decision.revision
+        assert decision.state == "admitted"
+        [lease] = await _leases(dev_client, host_group)
+        assert (lease.request_id, lease.holder) == ("cli-1", "holder:cockpit")
+        code, out, err = await _temporal(h.client, "workflow", "update", "execute", "--workflow-id", singleton,
+                                         "--name", "release_lease", "--input", '{"holder": "cockpit", "request_id": "cli-1"}')
+        assert code == 0, err
+        # Someone else's request is not this holder's to touch: refused, typed.
+        code, _, err = await _temporal(h.client, "workflow", "update", "execute", "--workflow-id", singleton,
+                                       "--name", "release_lease", "--input", '{"holder": "mallory", "request_id": "w-victim"}')
+        assert code != 0 and "no such request" in err, err
+        # At no moment did more than one request hold a lease.
+        held, most = 0, 0
+        for event in await _audit(dev_client, host_group):
+            held += (event.to_state == "admitted") - (event.from_state == "admitted")
+            most = max(most, held)
+        assert most == 1
+
+
+async def test_never_admitted_never_runs_and_a_killed_wrapper_frees_its_capacity_at_the_ttl(
+    dev_client: Client, substrate, tmp_path,
+):
+    async with mission_harness(dev_client, substrate, tmp_path, as_in_production=True) as h:
+        host_group = await _host_group(dev_client, h)
+        marker = tmp_path / "holder.pid"
+        holder = await _wrapper(dev_client, host_group, "--request-id", "w-holder", "--",
+                                "sh", "-c", f"echo $$ > {marker}; exec sleep 300")
+        command_pid = int(await _until_written(marker))
+
+        # Queued behind it with a one-second queue timeout: never admitted, the command never runs.
+        never = tmp_path / "never"
+        code, _, err = await ended(await _wrapper(dev_client, host_group, "--request-id", "w-late", "--queue-timeout", "1",
+                                                   "--", "touch", str(never)))
+        assert code == EXIT_NOT_ADMITTED and "not admitted: request w-late was timed-out" in err, (code, err)
+        assert "request w-late queued: position 1" in err and not never.exists()
+
+        # Interrupted while queued: the request is withdrawn.
+        waiting = await _wrapper(dev_client, host_group, "--request-id", "w-interrupted", "--", "touch", str(never))
+        await _until_audited(dev_client, host_group, "w-interrupted")
+        waiting.send_signal(signal.SIGINT)
+        code, _, err = await ended(waiting)
+        assert code == 130 and "interrupted while queued" in err and not never.exists(), (code, err)
+
+        # The holder killed outright: its command dies with it, and its lease ends at the TTL.
+        started = asyncio.get_running_loop().time()
+        holder.kill()
+        await holder.wait()
+        after = await _wrapper(dev_client, host_group, "--request-id", "w-after", "--", "true")
+        code, _, err = await ended(after)
+        waited = asyncio.get_running_loop().time() - started
+        assert code == 0, err
+        assert waited < ONE_SLOT.lease_ttl_seconds + 6, waited
+        assert not alive(command_pid)
+        trail = [event for event in await _audit(dev_client, host_group) if event.request_id == "w-holder"]
+        assert trail[-1].to_state == "cancelled" and "not requeued" in trail[-1].reason, trail
+
+
+async def test_signals_reach_the_wrapped_command_and_python_code_holds_leases_with_async_with(
+    dev_client: Client, substrate, tmp_path,
+):
+    async with mission_harness(dev_client, substrate, tmp_path, as_in_production=True) as h:
+        host_group = await _host_group(dev_client, h)
+        ready = tmp_path / "ready"
+        wrapper = await _wrapper(dev_client, host_group, "--request-id", "w-term", "--",
+                                 "sh", "-c", f"trap 'exit 7' TERM; echo trapped > {ready}; while :; do sleep 0.1; done")
+        await _until_written(ready)
+        wrapper.send_signal(signal.SIGTERM)
+        code, _, err = await ended(wrapper)
+        assert code == 7, err
+
+        # The same API from Python code that is not a workflow, on a host group of short leases.
+        policy = ONE_SLOT.model_copy(update={"lease_ttl_seconds": 1.5})
+        brief = await _host_group(dev_client, h, f"brief-{h.suffix}", policy)
+        request = HeldRequest(request_id="py-1", orchestrator_id="python")
+        async with hold(dev_client, brief, request, holder="python@tests") as lease:
+            assert lease.decision.state == "admitted" and not lease.lost.is_set()
+            [row] = await _leases(dev_client, brief)
+            assert row.holder == "holder:python@tests"
+            await asyncio.sleep(policy.lease_ttl_seconds * 2)  # renewed meanwhile: still held
+            assert not lease.lost.is_set() and lease.decision.lease_revision >= 3
+        assert await _leases(dev_client, brief) == []
+
+
+async def test_aging_lets_an_old_wrapped_request_past_newer_urgent_missions(dev_client: Client, substrate, tmp_path):
+    aging = ONE_SLOT.model_copy(update={"aging_interval_seconds": 0.25, "allow_preemption": False})
+    async with mission_harness(dev_client, substrate, tmp_path, as_in_production=True) as h:
+        host_group = await _host_group(dev_client, h, policy=aging)
+        async with hold(dev_client, host_group, HeldRequest(request_id="blocker", orchestrator_id="ops"), holder="ops"):
+            old = await _wrapper(dev_client, host_group, "--request-id", "w-old", "--", "true")
+            await _until_audited(dev_client, host_group, "w-old")
+            await asyncio.sleep(3)  # twelve aging steps: effective priority 12
+            newer = parse_spec(h.spec("newer", [{"child_id": "c", "kind": "one-shot-command", "prompt": "true", "priority": 5}]))
+            await h.control.start(newer)
+            await _until_audited(dev_client, host_group, f"{newer.mission_id}:c")
+        assert (await ended(old))[0] == 0
+        await h.control.wait_for_verdict(newer.mission_id)
+        admitted = [event.request_id for event in await _audit(dev_client, host_group) if event.type == "admitted"]
+        assert admitted.index("w-old") < admitted.index(f"{newer.mission_id}:c"), admitted
+
+
+async def test_a_holder_without_a_long_poll_to_spare_reads_the_query_and_is_still_admitted(
+    dev_client: Client, substrate, tmp_path,
+):
+    """Temporal admits 10 updates in flight per workflow by default: the singleton rations long
+    polls (max_waiting_polls), and a holder refused one (PollLater) follows its request with the
+    holder_decision query, which is no update."""
+    async with mission_harness(dev_client, substrate, tmp_path, as_in_production=True) as h:
+        host_group = f"rationed-{h.suffix}"
+        singleton = await dev_client.start_workflow(
+            ADMISSION_WORKFLOW, AdmissionWorkflowInput(host_group=host_group, policy=ONE_SLOT, max_waiting_polls=0),
+            id=admission_workflow_id(host_group), task_queue=h.config.task_queue,
+        )
+        async with hold(dev_client, host_group, HeldRequest(request_id="first", orchestrator_id="ops"), holder="ops"):
+            second = asyncio.ensure_future(
+                acquire(dev_client, host_group, HeldRequest(request_id="second", orchestrator_id="ops"), holder="ci"),
+            )
+            await _until_audited(dev_client, host_group, "second")
+            with pytest.raises(WorkflowUpdateFailedError) as refused:
+                await singleton.execute_update("await_decision", AwaitDecision(holder="ci", request_id="second", after_revision=1))
+            assert refused.value.cause.type == "PollLater", refused.value.cause
+            queued = await singleton.query("holder_decision", GiveBack(holder="ci", request_id="second"), result_type=AdmissionDecision)
+            assert queued.state == "queued" and queued.position == 1, queued
+            assert not second.done()
+        lease = await asyncio.wait_for(second, 15)  # the query sees the admission within a poll or two
+        assert lease.decision.state == "admitted"
+        renew = RenewLease(holder="ci", request_id="second", lease_revision=lease.decision.lease_revision)
+        renewed = await singleton.execute_update("renew_lease", renew, result_type=AdmissionDecision)
+        assert renewed.lease_revision > renew.lease_revision and renewed.error_code is None, renewed
+        stale = await singleton.execute_update("renew_lease", renew, result_type=AdmissionDecision)  # fenced out
+        assert stale.error_code is not None and stale.lease_revision == renewed.lease_revision, stale
+        await lease.give_back()
+        assert await _leases(dev_client, host_group) == []
+
+
+def test_the_wrapper_refuses_a_missing_command_in_one_line(capsys):
+    result = conductor_now(capsys, "admission", "run", "--host-group", "default")
+    assert result.code == 2 and "needs a command after --" in result.line
