@@ -24,7 +24,8 @@ from hypothesis import strategies as st
 from workflows.admission.messages import AdmissionDecision, RequesterCarry
 from workflows.mission import aggregation, supervisor
 from workflows.mission.children import ChildRuns
-from workflows.mission.messages import MissionCarry
+from workflows.mission.dispatch import child_start
+from workflows.mission.messages import MissionCarry, MissionInput
 from workflows.mission.observation import ChildObservation
 from workflows.mission.planning import Assignment
 from workflows.mission.spec import MissionSpec
@@ -214,3 +215,24 @@ def test_a_carried_child_run_keeps_what_the_mission_decided_and_drops_what_the_r
     carried = ChildRuns(type(run).model_validate_json(run.model_dump_json()) for run in state.children.records())
     assert [(run.child_id, run.phase, run.followed) for run in carried] == [("c0", "running", False), ("c1", "waiting", False)]
     assert carried["c0"].folded is None and state.children["c0"].folded is not None
+
+
+def test_a_childs_start_says_how_it_outlives_the_run_which_attempt_it_is_and_what_operators_search_by():
+    spec = mission("all-pass", 2, 2, False, daemons=True)  # c0 a daemon, c1 a one-shot command
+    state = MissionState(spec=spec, ledger=aggregation.initial_ledger(spec), max_children_in_flight=3)
+    supervisor.step(state, Planned({child.child_id: HERE for child in spec.children}, {}), Admission(), T0)
+    plain = MissionInput(spec=spec, search_attributes=False, alive_every_seconds=60)
+
+    daemon = child_start(state, "c0", parent_id="mission:m", mission=plain)
+    assert daemon.outlives_run and daemon.input.report_to_mission_by_signal and daemon.input.watch_max_seconds == 60
+    assert (daemon.workflow_id, daemon.summary, daemon.search_attributes) == ("workload:m:c0", "daemon c0 on t", None)
+
+    command = child_start(state, "c1", parent_id="mission:m", mission=plain.model_copy(update={"search_attributes": True}))
+    assert not command.outlives_run and not command.input.report_to_mission_by_signal
+    assert {pair.key.name: pair.value for pair in command.search_attributes} == {
+        "MissionId": "m", "MissionHostGroup": "default", "WorkloadKind": "one-shot-command", "WorkloadState": "admitted",
+    }
+    state.ledger = aggregation.close_attempt(state.ledger, "c1", why="lease expired", retry=True)
+    retry = child_start(state, "c1", parent_id="mission:m", mission=plain)
+    assert (retry.input.attempt, retry.summary) == (2, "one-shot-command c1 on t (attempt 2)")
+    assert retry.workflow_id != command.workflow_id
