@@ -25,8 +25,11 @@ bytecode:
 demo: $(STAMP)
 	$(VENV)/bin/conductor demo $(DEMO_ARGS)
 
+# Two workers, each with its own session servers, a test file kept on one (TEST_WORKERS=0: one
+# process, as `pytest` alone runs).
+TEST_WORKERS ?= 2
 test: $(STAMP)
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 # The pure tests only (no server, substrate or process; tests/conftest.py marks them), with short
 # property searches: seconds, for the edit-test loop. `make test` is what CI runs.

@@ -81,7 +81,7 @@ def test_the_production_worker_runs_unsandboxed_and_the_replayers_stay_strict() 
 
     assert isinstance(PRODUCTION_WORKFLOW_RUNNER, UnsandboxedWorkflowRunner)
     # The release guards build their Replayer without a workflow_runner: the SDK's strict default.
-    for guard in (ROOT / "tests" / "test_replay.py", ROOT / "worker" / "replay_check.py"):
+    for guard in (ROOT / "tests" / "workflows" / "test_replay.py", ROOT / "worker" / "replay_check.py"):
         calls = [n for n in ast.walk(ast.parse(guard.read_text())) if isinstance(n, ast.Call)
                  and getattr(n.func, "id", None) == "Replayer"]  # fmt: skip
         assert calls and all("workflow_runner" not in {k.arg for k in c.keywords} for c in calls), guard
