@@ -8,7 +8,9 @@ hands them over; after every pass the lifecycle rules hold:
 
 - a child is started only under a current lease, and never twice for one attempt;
 - a running child whose lease is not current is being stopped (its `stop` says why);
-- once the mission has stopped and every child has ended, every lease it held went back;
+- a done child's lease goes back in the pass it is done in (its request withdrawn instead, if the
+  engine had requeued it), and once the mission has stopped and every child has ended, every
+  lease it held went back;
 - a verdict, once reached, never changes.
 """
 
@@ -139,12 +141,19 @@ def test_children_run_only_under_current_leases_start_once_and_give_every_lease_
                     started.add((child_id, attempt))
             elif isinstance(action, Release):
                 released.update(action.request_ids)
+                for request_id in action.request_ids:
+                    admission.decide(request_id, "released")
             elif isinstance(action, Cancel):
                 for request_id in action.requests:
                     if admission.state_of(request_id) in ("queued", "admitted", None):
                         admission.decide(request_id, "cancelled")
         for run in state.children.in_phase("running"):
             assert run.stop is not None or admission.is_current(run.request_id), f"{run.child_id} runs without a lease"
+        for run in state.children.in_phase("done"):  # given back in the pass it was done in, not at closing
+            held = admission.state_of(run.request_id)
+            assert held != "queued" and (held != "admitted" or run.request_id in released), (
+                f"{run.child_id} is done and its request {run.request_id} is still {held}"
+            )
         now_verdict = aggregation.verdict(state.ledger)
         if verdict is not None:
             assert now_verdict == verdict, f"the verdict changed from {verdict} to {now_verdict}"
@@ -162,7 +171,7 @@ def test_children_run_only_under_current_leases_start_once_and_give_every_lease_
             actions = supervisor.step(state, Ended(child_id, last=last), admission, admission.now)
             assert all(isinstance(action, Note) for action in actions), actions
         else:
-            supervisor.hear(state, Observed(last), admission.now)
+            supervisor.hear(state, Observed(last))
         assert state.children[child_id].phase != "running", f"{child_id} ended and still runs"
 
     def hand_over() -> MissionState:
@@ -193,7 +202,7 @@ def test_children_run_only_under_current_leases_start_once_and_give_every_lease_
                 state = hand_over()
 
     # Stop: whatever runs ends (cancelled), the passes settle it, and every lease goes back.
-    supervisor.hear(state, StopAsked(), admission.now)
+    supervisor.hear(state, StopAsked())
     run_pass()
     for run in state.children.in_phase("running"):
         end(run.child_id, "cancelled")

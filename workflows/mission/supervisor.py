@@ -1,9 +1,8 @@
-"""The mission's supervisor: what one pass over a mission decides, with no Temporal in it.
+"""The mission's supervisor: what a mission does about its children, with no Temporal in it.
 
-`MissionWorkflow` is the shell around it. It gathers what arrived since its last pass (signals
-from children, admission decisions, a timer, a review, a stop), asks `supervise` what to do, and
-does it: cancel workloads and requests, submit requests, start children, give leases back. The
-rules live here:
+`MissionWorkflow` is the shell around it: it hands over what arrives and what its loop meets,
+and carries out the actions it gets back (cancel workloads and requests, submit requests, start
+children, give leases back). The rules live here:
 
 - a child runs only under a current lease: one whose lease went (requeued after it expired,
   displaced, preempted, or no longer provably current) is stopped, once, with why;
@@ -12,11 +11,12 @@ rules live here:
   its request, still alive, is withdrawn;
 - a child starts once its lease is current, at most `max_children_in_flight` at a time, never
   twice for one attempt, and never after a stop or a cancellation was asked for;
-- a child that is done gives its lease back, once;
+- a child that is done gives its lease back, once, or withdraws its request if the engine had
+  requeued it meanwhile (left queued, it would be admitted again for nothing);
 - fail-fast cancels the live siblings; the verdict itself is the aggregation's
   (`workflows.mission.aggregation.verdict_rule`).
 
-The shell hands it events: `hear(state, event, now)` takes what arrives by signal or update (an
+The shell hands it events: `hear(state, event)` takes what arrives by signal or update (an
 observation, a review, a stop, a refused signal), which only changes the state; `step(state, event,
 admission, now)` takes what the shell's loop meets (the plan, a pass after any news or timer, a
 child's end, closing, children gone silent) and returns the actions, in order. Both change the
@@ -201,7 +201,7 @@ class Gone:
 Event = Planned | Pass | Ended | Closing | Closed | Gone
 
 
-def hear(state: MissionState, event: Heard, now: datetime) -> None:
+def hear(state: MissionState, event: Heard) -> None:
     """What arrives by signal or update only changes the state; the next pass acts on it."""
     if isinstance(event, Observed):
         observed(state, event.observation)

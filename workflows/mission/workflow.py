@@ -103,7 +103,7 @@ class MissionWorkflow:
     # --- operator and child inputs ----------------------------------------------------------
 
     def _hear(self, event: Heard) -> None:
-        supervisor.hear(self._state, event, workflow.now())
+        supervisor.hear(self._state, event)
         self._wake += 1
 
     @workflow.signal(name=OBSERVATION_SIGNAL, description=(
