@@ -13,7 +13,7 @@ Exit statuses (besides the command's own, 128+N when a signal N ended it):
 |---|---|
 | 69 | never admitted: denied, or timed out in the queue; the command never ran |
 | 75 | the lease was lost while the command ran (preempted, displaced, expired, revoked): the command was stopped |
-| 130 / 143 | interrupted (SIGINT / SIGTERM) while queued: the request was withdrawn, the command never ran |
+| 130 / 143 | interrupted (SIGINT / SIGTERM) while queued (the request was withdrawn) or before the command started (the lease was given back): the command never ran |
 | 1 | Temporal or the host group cannot be reached |
 | 2 | a bad option, or a host group that does not exist |
 """
@@ -52,9 +52,36 @@ def queued_line(decision: AdmissionDecision) -> str:
     return f"request {decision.request_id} queued: {place}{waits}"
 
 
+class _Relay:
+    """The wrapper's signals once it is admitted: kept while the command is being started, then
+    passed to its process group. One handler for the whole time: asyncio runs a signal's handler
+    a loop iteration after the signal, so one swapped for another meanwhile would lose it."""
+
+    def __init__(self) -> None:
+        self.pending: list[int] = []
+        self._group: int | None = None
+
+    def __call__(self, signum: int) -> None:
+        if self._group is None:
+            self.pending.append(signum)
+        else:
+            signal_group(self._group, signum)
+
+    def to(self, group: int | None) -> None:
+        """Pass signals to `group` from now on (None: keep them), those kept so far first."""
+        self._group = group
+        if group is not None:
+            for signum in self.pending:
+                signal_group(group, signum)
+        self.pending.clear()
+
+
 async def run_command(
     client: Client, host_group: str, request: HeldRequest, command: Sequence[str], *, holder: str, grace_seconds: float,
 ) -> int:
+    # SIGINT, SIGTERM and SIGHUP are handled for the wrapper's whole life, never left to their
+    # default (which would kill the wrapper and orphan its command): while queued they withdraw
+    # the request; once admitted they go to the command (`_Relay`).
     loop = asyncio.get_running_loop()
     interrupted: list[int] = []
     withdraw = asyncio.Event()
@@ -66,34 +93,40 @@ async def run_command(
     for signum in FORWARDED:
         loop.add_signal_handler(signum, interrupt_wait, signum)
     try:
-        lease = await acquire(
-            client, host_group, request, holder=holder, on_queued=lambda d: say(queued_line(d)), withdraw=withdraw,
-        )
-    except NotAdmitted as refused:
-        if interrupted:
-            say(f"interrupted while queued: request {request.request_id} withdrawn; the command did not run")
-            return 128 + interrupted[0]
-        say(f"not admitted: {refused}; the command did not run")
-        return EXIT_NOT_ADMITTED
+        try:
+            lease = await acquire(
+                client, host_group, request, holder=holder, on_queued=lambda d: say(queued_line(d)), withdraw=withdraw,
+            )
+        except NotAdmitted as refused:
+            if interrupted:
+                say(f"interrupted while queued: request {request.request_id} withdrawn; the command did not run")
+                return 128 + interrupted[0]
+            say(f"not admitted: {refused}; the command did not run")
+            return EXIT_NOT_ADMITTED
+        relay = _Relay()
+        for signum in FORWARDED:
+            loop.add_signal_handler(signum, relay, signum)
+        say(f"admitted: request {request.request_id} holds a lease on host group {host_group} "
+            f"(revision {lease.decision.lease_revision}); running {command[0]}")
+        async with kept(lease):
+            return await _run_under(lease, command, grace_seconds, relay)
     finally:
         for signum in FORWARDED:
             loop.remove_signal_handler(signum)
-    say(f"admitted: request {request.request_id} holds a lease on host group {host_group} "
-        f"(revision {lease.decision.lease_revision}); running {command[0]}")
-    async with kept(lease):
-        return await _run_under(lease, command, grace_seconds)
 
 
-async def _run_under(lease: HeldLease, command: Sequence[str], grace_seconds: float) -> int:
-    loop = asyncio.get_running_loop()
+async def _run_under(lease: HeldLease, command: Sequence[str], grace_seconds: float, relay: _Relay) -> int:
+    await asyncio.sleep(0)  # a signal that came with the admission has run its handler
+    if relay.pending:
+        say(f"interrupted ({signal.Signals(relay.pending[0]).name}) before the command started; it did not run")
+        return 128 + relay.pending[0]
     try:
         process = await asyncio.create_subprocess_exec(*command, process_group=0, preexec_fn=_die_with_wrapper)
     except OSError as error:
         say(f"cannot run {command[0]}: {error.strerror or error}")
         return 127 if isinstance(error, FileNotFoundError) else 126
     with _foreground(process.pid):
-        for signum in FORWARDED:
-            loop.add_signal_handler(signum, signal_group, process.pid, signum)
+        relay.to(process.pid)
         ended = asyncio.ensure_future(process.wait())
         lost = asyncio.ensure_future(lease.lost.wait())
         try:
@@ -104,8 +137,7 @@ async def _run_under(lease: HeldLease, command: Sequence[str], grace_seconds: fl
                 return EXIT_LEASE_LOST
         finally:
             lost.cancel()
-            for signum in FORWARDED:
-                loop.remove_signal_handler(signum)
+            relay.to(None)  # the group is gone: nothing to pass signals to while the lease goes back
     status = process.returncode or 0
     return 128 - status if status < 0 else status
 

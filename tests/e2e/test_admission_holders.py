@@ -209,6 +209,18 @@ async def test_signals_reach_the_wrapped_command_and_python_code_holds_leases_wi
         code, _, err = await ended(wrapper)
         assert code == 7, err
 
+        # A signal the moment the wrapper says it is admitted, as the command starts: the wrapper
+        # never dies of it (a SIGTERM in that gap once killed it, seen under load in CI). Either
+        # the command never ran (143, the lease given back) or it got the signal.
+        racing = await _wrapper(dev_client, host_group, "--request-id", "w-race", "--",
+                                "sh", "-c", "trap 'exit 7' TERM; while :; do sleep 0.1; done")
+        while b"admitted:" not in (line := await racing.stderr.readline()):
+            assert line, "the wrapper ended before it was admitted"
+        racing.send_signal(signal.SIGTERM)
+        code, _, err = await ended(racing)
+        assert code in (7, 143), (code, err)
+        assert await _leases(dev_client, host_group) == []
+
         # The same API from Python code that is not a workflow, on a host group of short leases.
         policy = ONE_SLOT.model_copy(update={"lease_ttl_seconds": 1.5})
         brief = await _host_group(dev_client, h, f"brief-{h.suffix}", policy)
