@@ -53,17 +53,21 @@ def queued_line(decision: AdmissionDecision) -> str:
 
 
 class _Relay:
-    """The wrapper's signals once it is admitted: kept while the command is being started, then
-    passed to its process group. One handler for the whole time: asyncio runs a signal's handler
-    a loop iteration after the signal, so one swapped for another meanwhile would lose it."""
+    """SIGINT, SIGTERM and SIGHUP for the wrapper's whole life, never left to their default (which
+    would kill the wrapper and orphan its command): until the command runs they are kept and
+    withdraw the request if it still waits; once it runs they go to its process group. One handler
+    throughout: asyncio runs a signal's handler a loop iteration after the signal, so a handler
+    swapped for another meanwhile would lose it."""
 
     def __init__(self) -> None:
         self.pending: list[int] = []
+        self.withdraw = asyncio.Event()
         self._group: int | None = None
 
     def __call__(self, signum: int) -> None:
         if self._group is None:
             self.pending.append(signum)
+            self.withdraw.set()
         else:
             signal_group(self._group, signum)
 
@@ -79,33 +83,21 @@ class _Relay:
 async def run_command(
     client: Client, host_group: str, request: HeldRequest, command: Sequence[str], *, holder: str, grace_seconds: float,
 ) -> int:
-    # SIGINT, SIGTERM and SIGHUP are handled for the wrapper's whole life, never left to their
-    # default (which would kill the wrapper and orphan its command): while queued they withdraw
-    # the request; once admitted they go to the command (`_Relay`).
     loop = asyncio.get_running_loop()
-    interrupted: list[int] = []
-    withdraw = asyncio.Event()
-
-    def interrupt_wait(signum: int) -> None:
-        interrupted.append(signum)
-        withdraw.set()
-
+    relay = _Relay()
     for signum in FORWARDED:
-        loop.add_signal_handler(signum, interrupt_wait, signum)
+        loop.add_signal_handler(signum, relay, signum)
     try:
         try:
             lease = await acquire(
-                client, host_group, request, holder=holder, on_queued=lambda d: say(queued_line(d)), withdraw=withdraw,
+                client, host_group, request, holder=holder, on_queued=lambda d: say(queued_line(d)), withdraw=relay.withdraw,
             )
         except NotAdmitted as refused:
-            if interrupted:
+            if relay.pending:
                 say(f"interrupted while queued: request {request.request_id} withdrawn; the command did not run")
-                return 128 + interrupted[0]
+                return 128 + relay.pending[0]
             say(f"not admitted: {refused}; the command did not run")
             return EXIT_NOT_ADMITTED
-        relay = _Relay()
-        for signum in FORWARDED:
-            loop.add_signal_handler(signum, relay, signum)
         say(f"admitted: request {request.request_id} holds a lease on host group {host_group} "
             f"(revision {lease.decision.lease_revision}); running {command[0]}")
         async with kept(lease):
@@ -117,7 +109,7 @@ async def run_command(
 
 async def _run_under(lease: HeldLease, command: Sequence[str], grace_seconds: float, relay: _Relay) -> int:
     await asyncio.sleep(0)  # a signal that came with the admission has run its handler
-    if relay.pending:
+    if relay.pending:  # it came while the request waited or as it was admitted
         say(f"interrupted ({signal.Signals(relay.pending[0]).name}) before the command started; it did not run")
         return 128 + relay.pending[0]
     try:
