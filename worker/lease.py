@@ -48,6 +48,11 @@ RELEASE_SECONDS = 10.0  # how long giving a lease back may take when the block e
 HANDOVER_RETRY_SECONDS = 0.2
 POLL_SECONDS = 2.0  # between holder_decision queries then (jittered by half either way)
 BUSY_RETRY_SECONDS = 60.0  # how long an update refused as busy (or unreachable) is sent again
+# How long one holder update may go unanswered beyond its own wait before it is sent again. The
+# server keeps an update's outcome in a registry it may lose (a dropped workflow task, a cache
+# eviction); the SDK then waits for that outcome for ever. Seen once in CI: an update re-polled
+# every 8 s for five minutes while the singleton kept deciding.
+UNANSWERED_SECONDS = 30.0
 
 
 class NotAdmitted(RuntimeError):
@@ -86,13 +91,20 @@ class HeldLease:
     async def _update(self, name: str, message: object) -> AdmissionDecision:
         """One holder update; sent again while the singleton hands over to its next run, while the
         server refuses it as busy (for up to BUSY_RETRY_SECONDS), and (all but a renewal, which is
-        fenced) when its call timed out. A repeat of those is the same request: acquiring, polling,
-        releasing or withdrawing twice changes nothing more."""
+        fenced) when its call timed out or went unanswered for UNANSWERED_SECONDS beyond its own
+        wait. A repeat of those is the same request: acquiring, polling, releasing or withdrawing
+        twice changes nothing more."""
         loop = asyncio.get_running_loop()
         give_up_at = loop.time() + BUSY_RETRY_SECONDS
+        unanswered = UNANSWERED_SECONDS + getattr(message, "wait_seconds", 0.0)
         while True:
             try:
-                return await self._handle.execute_update(name, message, result_type=AdmissionDecision)
+                return await asyncio.wait_for(
+                    self._handle.execute_update(name, message, result_type=AdmissionDecision), unanswered,
+                )
+            except asyncio.TimeoutError:  # never answered: a new update (a new id) asks again
+                if name == "renew_lease":
+                    raise
             except WorkflowUpdateFailedError as error:
                 if getattr(error.cause, "type", None) != HANDING_OVER:
                     raise
@@ -150,7 +162,7 @@ class HeldLease:
             except (WorkflowUpdateFailedError, WorkflowQueryFailedError) as error:
                 self._lose(f"the renewal was refused: {_refusal(error)}")
                 return
-            except (RPCError, WorkflowUpdateRPCTimeoutOrCancelledError) as error:  # try again while the lease lasts
+            except (RPCError, WorkflowUpdateRPCTimeoutOrCancelledError, asyncio.TimeoutError) as error:  # try again while the lease lasts
                 if _expired(self.decision):
                     self._lose(f"the lease expired while the server could not be reached ({error})")
                     return

@@ -28,9 +28,10 @@ from tests.support.mission_harness import mission_harness
 from tests.support.processes import eventually
 from worker.admission_run import EXIT_LEASE_LOST, EXIT_NOT_ADMITTED
 from worker.binaries import temporal_cli
+from worker import lease as lease_module
 from worker.lease import acquire, hold
 from worker.mission_control import parse_spec
-from workflows.admission.holders import AwaitDecision, GiveBack, HeldRequest, RenewLease
+from workflows.admission.holders import Acquire, AwaitDecision, GiveBack, HeldRequest, RenewLease
 from workflows.admission.messages import (
     ADMISSION_WORKFLOW,
     AdmissionDecision,
@@ -288,3 +289,26 @@ async def test_a_holder_without_a_long_poll_to_spare_reads_the_query_and_is_stil
 def test_the_wrapper_refuses_a_missing_command_in_one_line(capsys):
     result = conductor_now(capsys, "admission", "run", "--host-group", "default")
     assert result.code == 2 and "needs a command after --" in result.line
+
+
+async def test_a_holder_update_that_is_never_answered_is_asked_again(monkeypatch):
+    """The server may lose an update's outcome (its registry goes with a dropped workflow task or
+    an evicted cache), and the SDK then waits for it for ever: seen once in CI, a holder's update
+    re-polled every 8 s for five minutes. No server here loses one on demand, so a stand-in for the
+    workflow handle does: its first call is never answered."""
+    monkeypatch.setattr(lease_module, "UNANSWERED_SECONDS", 0.05)
+    calls: list[str] = []
+
+    class LosesTheFirstUpdate:
+        async def execute_update(self, name, message, result_type):
+            calls.append(name)
+            if len(calls) == 1:
+                await asyncio.Event().wait()  # never answered
+            return AdmissionDecision(request_id="r", state="admitted", revision=1, lease_revision=1)
+
+    held = lease_module.HeldLease(LosesTheFirstUpdate(), "ops", AdmissionDecision(request_id="r", state="queued"))
+    decision = await asyncio.wait_for(held._update("acquire", Acquire(holder="ops", request=HeldRequest(request_id="r", orchestrator_id="o"), wait_seconds=0)), 5)
+    assert decision.state == "admitted" and calls == ["acquire", "acquire"]
+    calls.clear()
+    with pytest.raises(asyncio.TimeoutError):  # a renewal is fenced: the caller renews again, with the revision it knows
+        await held._update("renew_lease", RenewLease(holder="ops", request_id="r", lease_revision=1))
