@@ -51,7 +51,7 @@ BUSY_RETRY_SECONDS = 60.0  # how long an update refused as busy (or unreachable)
 # How long one holder update may go unanswered beyond its own wait before it is sent again. The
 # server keeps an update's outcome in a registry it may lose (a dropped workflow task, a cache
 # eviction); the SDK then waits for that outcome for ever. Seen once in CI: an update re-polled
-# every 8 s for five minutes while the singleton kept deciding.
+# every 8 s for five minutes (the cause was not found).
 UNANSWERED_SECONDS = 30.0
 
 
