@@ -183,24 +183,28 @@ async def test_bad_signals_updates_and_queries_are_refused_and_the_mission_runs_
         review = await rejected("workflow", "update", "execute", "--workflow-id", workflow_id, "--name", "review",
                                 "--input", '{"operator": "ops", "decision": "maybe", "reason": "r"}')
         assert "decision: Input should be 'approve' or 'reject'" in review, review
+        misspelt = await rejected("workflow", "update", "execute", "--workflow-id", workflow_id, "--name", "review",
+                                  "--input", '{"operator": "ops", "decision": "approve", "reson": "r"}')
+        assert "reson" in misspelt, misspelt
         wait = await rejected("workflow", "update", "execute", "--workflow-id", workflow_id, "--name", "wait_for_verdict",
                               "--input", "1")
         assert "takes no argument" in wait, wait
         query = await rejected("workflow", "query", "--workflow-id", workflow_id, "--name", "ledger", "--input", "1")
         assert "takes no argument" in query, query
 
-        for name, value in (("stop", '{"now": true}'), ("workload_observed", '{"child_id": 5}')):
+        for name, value in (("stop", '{"now": true}'), ("workload_observed", '{"child_id": 5}'), ("workload_alive", '{"child": "d"}')):
             code, _, err = await temporal("workflow", "signal", "--workflow-id", workflow_id, "--name", name, "--input", value)
             assert code == 0, err  # a signal is delivered; the workflow is who refuses it
 
-        async def both_refused() -> MissionLedger | None:
+        async def all_refused() -> MissionLedger | None:
             ledger = await h.control.show(f"daemon-{h.suffix}")
-            return ledger if len(ledger.refused) == 2 else None
+            return ledger if len(ledger.refused) == 3 else None
 
-        ledger = await eventually(both_refused, "both signals recorded as refused")
-        assert [refusal.signal for refusal in ledger.refused] == ["stop", "workload_observed"]
+        ledger = await eventually(all_refused, "every bad signal recorded as refused")
+        assert [refusal.signal for refusal in ledger.refused] == ["stop", "workload_observed", "workload_alive"]
         assert "takes no argument" in ledger.refused[0].reason
         assert "child_id: Input should be a valid string" in ledger.refused[1].reason
+        assert "valid string" in ledger.refused[2].reason, ledger.refused[2]
         assert ledger.parent_state == "completed" and ledger.children[0].observed_state in {"running", "healthy"}
         assert (await dev_client.get_workflow_handle(workflow_id).describe()).status == WorkflowExecutionStatus.RUNNING
 
@@ -210,7 +214,7 @@ async def test_bad_signals_updates_and_queries_are_refused_and_the_mission_runs_
         code, _, err = await temporal("workflow", "signal", "--workflow-id", workflow_id, "--name", "stop")
         assert code == 0, err
         final = await asyncio.wait_for(dev_client.get_workflow_handle(workflow_id, result_type=MissionLedger).result(), 30)
-        assert final.parent_state == "completed" and len(final.refused) == 2
+        assert final.parent_state == "completed" and len(final.refused) == 3
         assert final.children[0].observed_state in {"cancelled", "stopped", "succeeded"}, final.children[0]
         assert await _failed_task_events(dev_client, workflow_id) == []
 

@@ -500,7 +500,7 @@ def _started(mission_id: str, start: AttemptStart) -> ChildChange:
             raise ValueError(
                 f"{start.child_id} is at attempt {child.attempt}, not {start.attempt}; start the current attempt"
             )
-        if any(known.attempt == start.attempt for known in child.attempts):
+        if _attempt_started(child):
             return child
         entry = ChildAttempt(
             attempt=start.attempt, request_id=start.request_id, lease_revision=start.lease_revision,

@@ -53,6 +53,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.mission.observation import ALIVE_SIGNAL, OBSERVATION_SIGNAL, ChildObservation
     from workflows.mission.planning import plan_targets
     from workflows.mission.search import mission_attributes
+    from workflows.mission.spec import MissionSpec
     from workflows.mission.supervisor import (
         Action, Cancel, Closed, Closing, Ended, Event, Gone, Heard, MissionState, Note, Observed, Pass, Planned,
         Release, Reviewed, SignalRefused, Start, StopAsked, Submit,
@@ -80,7 +81,6 @@ class MissionWorkflow:
         except Refused as refused:
             raise refused_start(refused, MISSION_WORKFLOW) from None
         self._input = input
-        self._spec = input.spec
         self._state = MissionState(
             spec=input.spec, ledger=aggregation.initial_ledger(input.spec),
             max_children_in_flight=input.max_children_in_flight,
@@ -99,6 +99,10 @@ class MissionWorkflow:
             supervisor.take_over(self._state, input.carried)
             self._snapshots.written_seq = input.carried.written_seq
             self._admission.restore(input.carried.admission)
+
+    @property
+    def _spec(self) -> MissionSpec:
+        return self._state.spec
 
     # --- operator and child inputs ----------------------------------------------------------
 
