@@ -117,20 +117,19 @@ async def signal_with_start_admission(
 async def set_policy_with_start(
     client: Client, task_queue: str, host_group: str, change: PolicyChange, *, search_attributes: bool = True,
 ) -> AdmissionPolicy:
-    """Send the operator's policy change to `admission:<host_group>` as an update (its validator
-    requires the operator's name), starting the workflow with that policy if none runs."""
-    start = WithStartWorkflowOperation(
+    """Send the operator's policy change to `admission:<host_group>` (its `set_policy` signal),
+    starting the workflow with that policy if none runs. It applies on the singleton's next pass."""
+    await client.start_workflow(
         ADMISSION_WORKFLOW,
         _input(host_group, change.policy),
         id=admission_workflow_id(host_group),
         task_queue=task_queue,
-        id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+        start_signal="set_policy",
+        start_signal_args=[change],
         search_attributes=_attributes(host_group, search_attributes),
         static_summary=_summary(host_group),
     )
-    return await client.execute_update_with_start_workflow(
-        "set_policy", change, start_workflow_operation=start, result_type=AdmissionPolicy,
-    )
+    return change.policy
 
 
 def _input(host_group: str, policy: AdmissionPolicy, **limits: int | None) -> AdmissionWorkflowInput:

@@ -1,19 +1,18 @@
 """Holders on a host group (docs/admission-api.md): what `conductor admission run` adds before the
 command runs, and how fast clients that are not workflows are admitted next to workflow requesters.
 
-    .venv/bin/python bench/admission_holders.py [--runs 20] [--n 100] [--concurrency 20] [--in-flight-updates 100]
+    .venv/bin/python bench/admission_holders.py [--runs 20] [--n 100] [--concurrency 20]
 
 1. Wrapper latency on an idle host group: from spawning `conductor admission run -- sh -c ...` to
    the command running (it writes the time it started), median and p99, against the same `sh -c`
-   spawned directly (the baseline, same process, same machine minute). The in-process half (the
-   `acquire` update round trip of `worker.lease`) is printed too, to tell it from the CLI's own
-   start (importing Python, the SDK, connecting).
+   spawned directly (the baseline, same process, same machine minute). The in-process half
+   (`worker.lease.acquire`: start the holder workflow, hear the admission in its history) is
+   printed too, to tell it from the CLI's own start (importing Python, the SDK, connecting).
 2. Admissions per second: N holder requests (acquire + release, `--concurrency` at a time) against
    N workflow requesters (AdmissionProbeWorkflow: submit, hold nothing, give back), on one dev
-   server and one host group whose quotas never bind, interleaved rounds. The server admits
-   `--in-flight-updates` updates in flight per workflow (`history.maxInFlightUpdates`): 100 as
-   conductor's embedded stack sets it; 0 keeps Temporal's default of 10, where 20 holders in
-   flight stall for seconds on RESOURCE_EXHAUSTED retries (docs/admission-api.md).
+   server with Temporal's default dynamic config and one host group whose quotas never bind,
+   interleaved rounds. `--in-flight-updates N` raises the server's `history.maxInFlightUpdates`
+   (0, the default, keeps Temporal's 10): holders use no updates, so it should change nothing.
 
 Figures are ratios against the baseline measured in the same run (these machines are noisy).
 """
@@ -39,7 +38,6 @@ from temporalio.testing import WorkflowEnvironment  # noqa: E402
 from activities.admission import set_policy_with_start  # noqa: E402
 from worker.binaries import temporal_cli  # noqa: E402
 from worker.config import WorkerConfig  # noqa: E402
-from worker.devserver import MAX_IN_FLIGHT_UPDATES  # noqa: E402
 from worker.lease import acquire  # noqa: E402
 from worker.payloads import DATA_CONVERTER  # noqa: E402
 from worker.worker import build_worker  # noqa: E402
@@ -85,7 +83,7 @@ async def wrapper_latency(client, runs: int, scratch: Path) -> None:
     print(f"  direct sh -c (baseline):        median {base * 1000:7.1f} ms, p99 {percentile(direct, 0.99) * 1000:7.1f} ms")
     print(f"  conductor admission run:        median {statistics.median(wrapped) * 1000:7.1f} ms, "
           f"p99 {percentile(wrapped, 0.99) * 1000:7.1f} ms  ({statistics.median(wrapped) / base:.1f}x the baseline)")
-    print(f"  of which the acquire update:    median {statistics.median(updates) * 1000:7.1f} ms, "
+    print(f"  of which worker.lease.acquire:  median {statistics.median(updates) * 1000:7.1f} ms, "
           f"p99 {percentile(updates, 0.99) * 1000:7.1f} ms")
 
 
@@ -123,9 +121,8 @@ async def main() -> None:
     parser.add_argument("--runs", type=int, default=20, help="wrapper latency samples (default 20)")
     parser.add_argument("--n", type=int, default=100, help="requests per admission-rate round (default 100)")
     parser.add_argument("--concurrency", type=int, default=20, help="holders in flight at once (default 20)")
-    parser.add_argument("--in-flight-updates", type=int, default=MAX_IN_FLIGHT_UPDATES,
-                        help=f"the server's history.maxInFlightUpdates (default {MAX_IN_FLIGHT_UPDATES}, as conductor's "
-                        "embedded stack; 0 keeps Temporal's default of 10)")
+    parser.add_argument("--in-flight-updates", type=int, default=0,
+                        help="the server's history.maxInFlightUpdates (default 0: Temporal's own default of 10)")
     parser.add_argument("--rounds", type=int, default=3, help="admission-rate rounds, interleaved (default 3)")
     args = parser.parse_args()
     logging.basicConfig(level=logging.ERROR)

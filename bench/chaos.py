@@ -228,7 +228,7 @@ def workload_processes(marker: str | None, groups: Iterable[int] = ()) -> dict[i
 class Stack:
     """Temporal dev server, substrate and two workers for one scenario, under `root`."""
 
-    def __init__(self, root: Path, policy: AdmissionPolicy) -> None:
+    def __init__(self, root: Path, policy: AdmissionPolicy, *, workers: int = 2, durable: bool = True) -> None:
         self.root = root
         self.runs = root / "runs"
         self.logs = root / "logs"
@@ -253,7 +253,7 @@ class Stack:
         # The code beside this file, also for the `conductor` script (an editable install may point elsewhere).
         base["PYTHONPATH"] = os.pathsep.join([str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])])
         command = dev_server_command(
-            root / "temporal" / "temporal.sqlite", host=HOST, port=self.temporal_port, ui_port=free_port(HOST),
+            root / "temporal" / "temporal.sqlite" if durable else None, host=HOST, port=self.temporal_port, ui_port=free_port(HOST),
             namespace=NAMESPACE, search_attributes=SEARCH_ATTRIBUTES,
         ) + ["--headless"]
         self.temporal = Managed("temporal", command, base, self.logs / "temporal.log", "")
@@ -266,7 +266,7 @@ class Stack:
             base, self.logs / "substrate.log", "substrate listening on ",
         )
         self.base_env = base
-        self.workers = [self._worker(f"worker-{n}") for n in (1, 2)]
+        self.workers = [self._worker(f"worker-{n}") for n in range(1, workers + 1)]
         self.proxies: list[Managed] = []
         self.client: Client | None = None
         self.unexpected_exits: list[str] = []

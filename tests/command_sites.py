@@ -209,8 +209,25 @@ def lines_executed(paths: set[str]) -> Iterator[set[tuple[str, int]]]:
         threading.settrace(None)  # type: ignore[arg-type]
 
 
-async def _replay_traced(history_paths: list[Path], sites: list[Site]) -> dict[Site, list[str]]:
+def recorded_history(path: Path):
+    """A recorded history as the replayer takes it, under the workflow id it ran with where the
+    code reads its own id (an AdmissionHolder's is made from its input); else under the file's name."""
     from temporalio.client import WorkflowHistory
+
+    from workflows.admission.holders import HOLDER_WORKFLOW, HolderInput, holder_workflow_id
+
+    text = path.read_text()
+    started = json.loads(text)["events"][0]["workflowExecutionStartedEventAttributes"]
+    workflow_id = path.stem
+    if started["workflowType"]["name"] == HOLDER_WORKFLOW:
+        import base64
+
+        held = HolderInput.model_validate_json(base64.b64decode(started["input"]["payloads"][0]["data"]))
+        workflow_id = holder_workflow_id(held.host_group, held.holder, held.request.request_id)
+    return WorkflowHistory.from_json(workflow_id, text)
+
+
+async def _replay_traced(history_paths: list[Path], sites: list[Site]) -> dict[Site, list[str]]:
     from worker.payloads import DATA_CONVERTER
     from temporalio.worker import Replayer
 
@@ -229,8 +246,7 @@ async def _replay_traced(history_paths: list[Path], sites: list[Site]) -> dict[S
                     data_converter=DATA_CONVERTER,
                     workflow_task_executor=executor,
                 )
-                history = WorkflowHistory.from_json(history_path.stem, history_path.read_text())
-                await replayer.replay_workflow(history)
+                await replayer.replay_workflow(recorded_history(history_path))
         name = history_path.relative_to(HISTORIES).with_suffix("").as_posix()
         for site in sites:
             if (str(ROOT / site.path), site.line) in executed:

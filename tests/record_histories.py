@@ -38,8 +38,8 @@ from worker.lease import NotAdmitted, acquire, hold, kept
 from worker.mission_control import MissionControl, parse_spec
 from worker.payloads import DATA_CONVERTER
 from worker.worker import build_worker
-from workflows.admission.holders import HeldRequest
-from workflows.admission.messages import PolicyChange, SubmitBatch, admission_workflow_id
+from workflows.admission.holders import DECISION_QUERY, HOLDER_WORKFLOW, HeldRequest, HolderInput, holder_workflow_id
+from workflows.admission.messages import AdmissionDecision, PolicyChange, ReleaseBatch, SubmitBatch, admission_workflow_id
 from workflows.admission.model import AdmissionPolicy, AdmissionRequest
 from workflows.admission.probe import AdmissionProbeWorkflow, ProbeInput, ProbeRequest
 from workflows.mission.search import SEARCH_ATTRIBUTES
@@ -299,28 +299,47 @@ async def refused_mission(client: Client) -> None:
 
 
 async def holder_leases(client: Client) -> None:
-    """Holders that are not workflows (workflows.admission.holders, through worker.lease) on a
-    host group of one slot: one holds and renews while another waits with long polls; a third is
-    withdrawn while queued; the first gives back and the second is admitted, then gives back."""
+    """Holders that are not workflows (workflows.admission.holders) on a host group of one slot.
+    Through worker.lease: one holds and renews while another waits; a third is withdrawn while
+    queued; the first gives back and the second is admitted, then gives back. Then holder workflows
+    started as the `temporal` CLI or TypeScript start them: one submits itself at once, and one
+    whose holder promised to submit (and never did) submits itself after SUBMIT_GRACE."""
     change = PolicyChange(operator="recorder", policy=ONE_AT_A_TIME.model_copy(update={"lease_ttl_seconds": 3}))
     await set_policy_with_start(client, TASK_QUEUE, "holders", change)
     request = lambda name: HeldRequest(request_id=name, orchestrator_id="recorder")  # noqa: E731
-    async with hold(client, "holders", request("held-first"), holder="alice@recorder") as first:
+    async with hold(client, "holders", request("held-first"), holder="alice@recorder"):
         waiting = asyncio.ensure_future(acquire(client, "holders", request("held-second"), holder="bob@recorder"))
         withdraw = asyncio.Event()
         withdrawn = asyncio.ensure_future(
             acquire(client, "holders", request("held-withdrawn"), holder="carol@recorder", withdraw=withdraw)
         )
-        await asyncio.sleep(2.5)  # a renewal at a third of the TTL, the others queued
+        await asyncio.sleep(2.5)  # renewals at a third of the TTL, the others queued
         withdraw.set()
         try:
             await withdrawn
         except NotAdmitted:
             pass
-        assert first.decision.lease_revision >= 2, first.decision
     second = await waiting
     async with kept(second):
         pass
+    singleton = client.get_workflow_handle(admission_workflow_id("holders"))
+    for holder, name, on_its_own in (("dave@recorder", "held-alone", False), ("erin@recorder", "held-orphaned", True)):
+        workflow_id = holder_workflow_id("holders", holder, name)
+        handle = await client.start_workflow(
+            HOLDER_WORKFLOW, HolderInput(host_group="holders", holder=holder, request=request(name), submitted_by_holder=on_its_own),
+            id=workflow_id, task_queue=TASK_QUEUE, result_type=AdmissionDecision,
+        )
+
+        async def admitted() -> bool:
+            return (await handle.query(DECISION_QUERY, result_type=AdmissionDecision)).state == "admitted"
+
+        await eventually(admitted, f"{name} admitted", within=30)
+        await singleton.signal("release", ReleaseBatch(requester=workflow_id, request_ids=[name]))
+        assert (await handle.result()).state == "released"
+    await save_chain(client, holder_workflow_id("holders", "alice@recorder", "held-first"), "holder-submitted-by-its-holder")
+    await save_chain(client, holder_workflow_id("holders", "carol@recorder", "held-withdrawn"), "holder-withdrawn")
+    await save_chain(client, holder_workflow_id("holders", "dave@recorder", "held-alone"), "holder-alone")
+    await save_chain(client, holder_workflow_id("holders", "erin@recorder", "held-orphaned"), "holder-orphaned")
     await save_chain(client, admission_workflow_id("holders"), "admission-holders")
 
 

@@ -21,15 +21,15 @@ from temporalio.client import (
     WorkflowHandle,
     WorkflowQueryFailedError,
     WorkflowQueryRejectedError,
-    WorkflowUpdateFailedError,
-    WorkflowUpdateRPCTimeoutOrCancelledError,
 )
 from temporalio.common import QueryRejectCondition
 from temporalio.service import RPCError, RPCStatusCode
 
 from activities.admission import set_policy_with_start
 from worker.connection import CLI_RETRY_CONFIG, Reconnect, TemporalUnreachable, connect
+from worker.stuck import stuck
 from workflows.admission.messages import RESTORING, PolicyChange, admission_workflow_id
+from workflows.admission.model import AdmissionPolicy
 
 T = TypeVar("T")
 
@@ -101,9 +101,18 @@ class LiveAdmission:
                 "the next request for admission there starts a new one"
             ) from None
         except WorkflowQueryFailedError as error:
-            raise LiveError(f"the admission workflow for host group {self.host_group} could not answer {name}: {error}") from None
+            raise await self._stuck_or(
+                LiveError(f"the admission workflow for host group {self.host_group} could not answer {name}: {error}")) from None
         except RPCError as error:
-            raise self._explain(error, f"the {name} query", needs_worker=timeout or QUERY_TIMEOUT) from None
+            raise await self._stuck_or(self._explain(error, f"the {name} query", needs_worker=timeout or QUERY_TIMEOUT)) from None
+
+    async def _stuck_or(self, error: LiveError) -> LiveError:
+        """A query that fails on a stuck singleton says that it is stuck, and why (worker/stuck.py)."""
+        try:
+            found = await stuck(self.client, admission_workflow_id(self.host_group))
+        except RPCError:
+            return error
+        return error if found is None else LiveError(found.line(f"the admission workflow for host group {self.host_group}"))
 
     async def _query_once_restored(self, name: str, args: list[object], result_type: type[T], timeout: timedelta) -> T:
         """The query, asked again while a continued run restores its carried state (about a
@@ -139,27 +148,28 @@ class LiveAdmission:
         return started
 
     async def change_policy(self, task_queue: str, change: PolicyChange, *, within: float) -> tuple[bool, bool]:
-        """(started, applied): the change goes as the workflow's `set_policy` update, with start if
-        no run is current, so it lands exactly once in whichever run is current. An update needs a
-        worker to take it: `applied` is False if none did within `within` seconds (the server then
-        holds the change until one does)."""
+        """(started, applied): the change goes as the workflow's `set_policy` signal, with start if
+        no run is current, so it lands exactly once in whichever run is current. `applied`: the
+        `policy` query showed it within `within` seconds (it needs a worker: without one the server
+        holds the change until one runs the workflow)."""
         started = not await self.is_running()
         try:
             await self._call(
-                lambda: asyncio.wait_for(
-                    set_policy_with_start(self.client, task_queue, self.host_group, change), timeout=max(within, 0.1),
-                ),
-                "sending the policy change",
+                lambda: set_policy_with_start(self.client, task_queue, self.host_group, change), "sending the policy change",
             )
-        except (asyncio.TimeoutError, WorkflowUpdateRPCTimeoutOrCancelledError):
-            return started, False
-        except WorkflowUpdateFailedError as error:
-            cause = error.cause
-            raise LiveError(f"the admission workflow for host group {self.host_group} refused the policy: "
-                            f"{getattr(cause, 'message', None) or cause}") from None
         except RPCError as error:
             raise self._explain(error, "sending the policy change") from None
-        return started, True
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + max(within, 0.1)
+        while (left := deadline - loop.time()) > 0:
+            try:
+                shown = await self.handle.query("policy", result_type=AdmissionPolicy, rpc_timeout=timedelta(seconds=min(left, 2)))
+                if shown == change.policy:
+                    return started, True
+            except (RPCError, WorkflowQueryFailedError):
+                pass  # no worker yet, or the run is still restoring its state
+            await asyncio.sleep(0.2)
+        return started, False
 
     def _explain(self, error: RPCError, doing: str, *, needs_worker: timedelta | None = None) -> LiveError:
         """`needs_worker`: the call waited this long for a worker to answer (a query)."""

@@ -29,7 +29,6 @@ from worker.search_attributes import registered, type_name
 
 LOG_FILE = "temporal.log"
 DB_FILE = "temporal.sqlite"
-MAX_IN_FLIGHT_UPDATES = 100  # the server default is 10 per workflow execution
 
 
 
@@ -65,7 +64,7 @@ def _tail(path: Path, chars: int) -> str:
 
 
 def dev_server_command(
-    db_file: Path,
+    db_file: Path | None,
     *,
     host: str,
     port: int,
@@ -76,11 +75,10 @@ def dev_server_command(
     command = [
         temporal_cli(), "server", "start-dev",
         "--ip", host, "--port", str(port), "--ui-port", str(ui_port),
-        "--db-filename", str(db_file), "--namespace", namespace,
+        *(["--db-filename", str(db_file)] if db_file is not None else []),  # None: in memory
+        "--namespace", namespace,
         "--log-level", "warn",
-        # Holders of admission leases call the singleton with updates, and the server admits only
-        # 10 in flight per workflow by default; more stall for seconds (docs/admission-api.md).
-        "--dynamic-config-value", f"history.maxInFlightUpdates={MAX_IN_FLIGHT_UPDATES}",
+        # Temporal's own dynamic config, as users run it: nothing here needs a raised limit.
     ]  # fmt: skip
     for key in search_attributes:
         command += ["--search-attribute", f"{key.name}={type_name(key)}"]

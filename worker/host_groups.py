@@ -27,6 +27,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from activities.visibility import literal
 from worker.admission_live import QUEUE_ROWS, LiveAdmission, LiveError
 from worker.inputs import InputError, one_line
+from worker.stuck import Stuck, stuck
 from worker.tables import human_duration, render_table
 from workflows.admission.messages import ADMISSION_WORKFLOW, LeaseRow, PolicyChange, QueueRow, UsageRow, admission_workflow_id
 from workflows.admission.model import AdmissionPolicy
@@ -47,6 +48,7 @@ class HostGroupRow:
     leases: int | None = None
     usage: list[UsageRow] = field(default_factory=list)
     note: str | None = None
+    stuck: Stuck | None = None
 
     def global_usage(self) -> UsageRow | None:
         return next((row for row in self.usage if row.limit == "global"), None)
@@ -57,6 +59,10 @@ class HostGroupRow:
             "started": self.started.isoformat(), "age_seconds": round((now - self.started).total_seconds(), 3),
             "queued": self.queued, "queued_at_least": self.queued_more, "leases": self.leases,
             "usage": [row.model_dump(mode="json") for row in self.usage], "note": self.note,
+            "stuck": None if self.stuck is None else {
+                "attempts": self.stuck.attempts, "failure": self.stuck.failure,
+                "since": None if self.stuck.since is None else self.stuck.since.isoformat(),
+            },
         }
 
 
@@ -76,6 +82,13 @@ async def host_group_names(client: Client, limit: int = MAX_HOST_GROUPS) -> list
 async def _row(client: Client, host_group: str, started: datetime) -> HostGroupRow:
     row = HostGroupRow(host_group=host_group, workflow_id=admission_workflow_id(host_group), started=started)
     live = LiveAdmission(client, host_group, reconnect_seconds=QUERY_TIMEOUT.total_seconds())
+    try:
+        row.stuck = await stuck(client, row.workflow_id)
+    except RPCError as error:
+        row.note = one_line(f"cannot describe its workflow: {error.message}")
+    if row.stuck is not None:  # its queries would wait on the failing task: say why instead
+        row.note = row.stuck.line("its admission workflow")
+        return row
     try:
         row.usage = await live.query("usage", result_type=list[UsageRow], timeout=QUERY_TIMEOUT)
         queue = await live.query("queue", QUEUE_ROWS + 1, result_type=list[QueueRow], timeout=QUERY_TIMEOUT)
@@ -98,6 +111,12 @@ def _usage_text(rows: Sequence[UsageRow]) -> str:
     return ", ".join(f"{row.limit} {row.used}/{'-' if row.maximum is None else row.maximum}" for row in rows) or "-"
 
 
+def _usage_column(row: HostGroupRow) -> str:
+    if row.stuck is not None:
+        return f"STUCK: {row.note}"
+    return _usage_text(row.usage) if row.note is None else f"not read: {row.note}"
+
+
 HEADERS = ["HOST GROUP", "QUEUED", "LEASES", "GLOBAL", "AGE", "USAGE (used/max; - unlimited)"]
 
 
@@ -117,7 +136,7 @@ def host_groups_table(rows: Sequence[HostGroupRow], now: datetime | None = None)
                 row.leases,
                 None if (g := row.global_usage()) is None else f"{g.used}/{'-' if g.maximum is None else g.maximum}",
                 human_duration((now - row.started).total_seconds()),
-                _usage_text(row.usage) if row.note is None else f"not read: {row.note}",
+                _usage_column(row),
             ]
             for row in rows
         ],

@@ -6,53 +6,51 @@
         if lease.lost.is_set():  # preempted, displaced, expired or revoked: stop
             ...
 
-It speaks the singleton's holder updates (`workflows.admission.holders`): it waits in the queue
-with long polls (`on_queued` hears each new place), renews on a timer at a third of the TTL
-fenced by the lease revision, watches for the lease being taken away, and gives it back when the
-block ends. A request that is never admitted (denied, timed out in the queue) raises `NotAdmitted`;
-one lost while held sets `lease.lost` and `lease.lost_reason` (the block decides what to stop).
-`conductor admission run -- COMMAND` is this around a process.
+The request's requester is an `AdmissionHolder` workflow (workflows.admission.holders): `acquire`
+starts it, sends the singleton its `hold` signal, and follows the holder workflow's history for the
+decisions the singleton signals to it (a long poll on the server: no call waits in the singleton,
+and none is an update). Renewals (at a third of the TTL) and the give-back are the singleton's
+`renew` and `release` signals. A request that is never admitted (denied, timed out in the queue,
+withdrawn) raises `NotAdmitted`; one lost while held sets `lease.lost` and `lease.lost_reason` (the
+block decides what to stop). `conductor admission run -- COMMAND` is this around a process.
+
+A process with many holders on one host group (a Cockpit, a pool of agent loops) passes them one
+`HostGroupWatch`: it reads every decision from the singleton's own history as the singleton writes
+it, which is sooner than the server delivers it to each holder workflow (that delivery is a task of
+the server's transfer queue, tens of milliseconds on a stock server: bench/admission_storm.py).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import random
 from collections.abc import AsyncIterator, Callable
-from datetime import datetime, timezone
 
-from temporalio.client import (
-    Client,
-    WorkflowHandle,
-    WorkflowQueryFailedError,
-    WorkflowUpdateFailedError,
-    WorkflowUpdateRPCTimeoutOrCancelledError,
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import Client
+from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
+from temporalio.service import RPCError
+
+from worker.connection import server_busy, transport_failure
+from workflows.admission.holder_workflow import LIVE_STATES
+from workflows.admission.holders import HOLDER_WORKFLOW, HeldRequest, HolderInput, HolderSubmit, holder_workflow_id
+from workflows.admission.messages import (
+    DECISION_SIGNAL,
+    AdmissionDecision,
+    CancelBatch,
+    DecisionBatch,
+    ReleaseBatch,
+    RenewBatch,
+    admission_workflow_id,
 )
-from temporalio.service import RPCError, RPCStatusCode
 
-from workflows.admission.holders import (
-    DEFAULT_WAIT_SECONDS,
-    HANDING_OVER,
-    POLL_LATER,
-    Acquire,
-    AwaitDecision,
-    GiveBack,
-    HeldRequest,
-    RenewLease,
-)
-from workflows.admission.messages import AdmissionDecision, admission_workflow_id
-
-RETRY_SECONDS = 2.0  # between attempts when the server cannot be reached
+RETRY_SECONDS = 1.0  # between attempts when the server cannot be reached
 RELEASE_SECONDS = 10.0  # how long giving a lease back may take when the block ends
-HANDOVER_RETRY_SECONDS = 0.2
-POLL_SECONDS = 2.0  # between holder_decision queries then (jittered by half either way)
-BUSY_RETRY_SECONDS = 60.0  # how long an update refused as busy (or unreachable) is sent again
-# How long one holder update may go unanswered beyond its own wait before it is sent again. The
-# server keeps an update's outcome in a registry it may lose (a dropped workflow task, a cache
-# eviction); the SDK then waits for that outcome for ever. Seen once in CI: an update re-polled
-# every 8 s for five minutes (the cause was not found).
-UNANSWERED_SECONDS = 30.0
+_CLOSED = frozenset({
+    EventType.EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED, EventType.EVENT_TYPE_WORKFLOW_EXECUTION_FAILED,
+    EventType.EVENT_TYPE_WORKFLOW_EXECUTION_TIMED_OUT, EventType.EVENT_TYPE_WORKFLOW_EXECUTION_TERMINATED,
+    EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CANCELED, EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW,
+})
 
 
 class NotAdmitted(RuntimeError):
@@ -63,23 +61,148 @@ class NotAdmitted(RuntimeError):
         self.decision = decision
 
 
-class HeldLease:
-    """The lease a `hold` block runs under; `decision` is the newest the singleton gave."""
+def _transient(error: RPCError) -> bool:
+    return bool(server_busy(error) or transport_failure(error))
 
-    def __init__(self, handle: WorkflowHandle, holder: str, decision: AdmissionDecision) -> None:
-        self._handle = handle
+
+class HostGroupWatch:
+    """Every decision the host group's singleton sends, read from its history (run after run) and
+    handed to the holders of this process that listen. Start it with `async with`."""
+
+    def __init__(self, client: Client, host_group: str) -> None:
+        self._client = client
+        self._workflow_id = admission_workflow_id(host_group)
+        self._listeners: dict[str, Callable[[AdmissionDecision], None]] = {}
+        self._task: asyncio.Task[None] | None = None
+
+    async def __aenter__(self) -> HostGroupWatch:
+        self._task = asyncio.ensure_future(self._follow())
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+
+    def listen(self, requester: str, hear: Callable[[AdmissionDecision], None]) -> Callable[[], None]:
+        """Hand `requester`'s decisions to `hear`; returns what stops it."""
+        self._listeners[requester] = hear
+        return lambda: self._listeners.pop(requester, None)
+
+    async def _follow(self) -> None:
+        run_id: str | None = None  # None: the run that is current when the follow starts
+        seen = 0
+        while True:
+            try:
+                async for event in self._client.get_workflow_handle(self._workflow_id, run_id=run_id).fetch_history_events(
+                    wait_new_event=True,
+                ):
+                    if event.event_id <= seen:
+                        continue
+                    seen = event.event_id
+                    if event.event_type == EventType.EVENT_TYPE_SIGNAL_EXTERNAL_WORKFLOW_EXECUTION_INITIATED:
+                        signal = event.signal_external_workflow_execution_initiated_event_attributes
+                        hear = self._listeners.get(signal.workflow_execution.workflow_id)
+                        if hear is not None and signal.signal_name == DECISION_SIGNAL:
+                            [batch] = await self._client.data_converter.decode(signal.input.payloads, [DecisionBatch])
+                            for decision in batch.decisions:
+                                hear(decision)
+                    elif event.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW:
+                        run_id, seen = event.workflow_execution_continued_as_new_event_attributes.new_execution_run_id, 0
+                        break
+                else:
+                    await asyncio.sleep(RETRY_SECONDS)  # the chain ended: a host group made again starts anew
+                    run_id, seen = None, 0
+            except RPCError as error:
+                if not _transient(error):
+                    raise
+                await asyncio.sleep(RETRY_SECONDS)
+
+
+class HeldLease:
+    """One holder request and what the singleton said of it; `decision` is the newest."""
+
+    def __init__(
+        self, client: Client, host_group: str, holder: str, request_id: str, *,
+        on_decision: Callable[[AdmissionDecision], None] | None = None,
+        watch: HostGroupWatch | None = None,
+    ) -> None:
         self.holder = holder
-        self.decision = decision
+        self.requester = holder_workflow_id(host_group, holder, request_id)
+        self.decision = AdmissionDecision(request_id=request_id, state="queued")
         self.lost = asyncio.Event()
         self.lost_reason: str | None = None
+        self._client = client
+        self._singleton = client.get_workflow_handle(admission_workflow_id(host_group))
+        self._on_decision = on_decision
+        # Decisions as they arrive, from the holder workflow's history and the watch (a decision may
+        # come twice: `_next` keeps the newer ones). None: the holder workflow closed, nothing follows.
+        self._inbox: asyncio.Queue[AdmissionDecision | None] = asyncio.Queue()
+        self._newest = 0  # the newest revision `_next` handed out
+        self._follower: asyncio.Task[None] | None = None
+        self._unlisten = watch.listen(self.requester, self._arrived) if watch is not None else None
 
     @property
     def request_id(self) -> str:
         return self.decision.request_id
 
+    def _arrived(self, decision: AdmissionDecision) -> None:
+        if decision.request_id == self.request_id:
+            self._inbox.put_nowait(decision)
+
+    def _follow(self) -> None:
+        if self._follower is None:
+            self._follower = asyncio.ensure_future(self._follow_mine())
+
+    async def _follow_mine(self) -> None:
+        """The holder workflow's history, as it grows, into the inbox; a broken connection follows
+        again from the start, past the events already read."""
+        seen = 0
+        handle = self._client.get_workflow_handle(self.requester)
+        while True:
+            try:
+                async for event in handle.fetch_history_events(wait_new_event=True):
+                    if event.event_id <= seen:
+                        continue
+                    seen = event.event_id
+                    signaled = event.workflow_execution_signaled_event_attributes
+                    if event.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED and signaled.signal_name == DECISION_SIGNAL:
+                        [batch] = await self._client.data_converter.decode(signaled.input.payloads, [DecisionBatch])
+                        for decision in batch.decisions:
+                            self._arrived(decision)
+                    elif event.event_type in _CLOSED:
+                        if event.event_type != EventType.EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED:
+                            failure = event.workflow_execution_failed_event_attributes.failure.message
+                            self._inbox.put_nowait(AdmissionDecision(
+                                request_id=self.request_id, state="unknown", revision=self._newest + 1,
+                                reason=failure or f"its holder workflow {self.requester} ended ({EventType.Name(event.event_type)})",
+                            ))
+                        self._inbox.put_nowait(None)
+                        return
+            except RPCError as error:
+                if not _transient(error):
+                    self._inbox.put_nowait(AdmissionDecision(
+                        request_id=self.request_id, state="unknown", revision=self._newest + 1,
+                        reason=f"its holder workflow {self.requester} cannot be read: {error}",
+                    ))
+                    self._inbox.put_nowait(None)
+                    return
+            await asyncio.sleep(RETRY_SECONDS)
+
+    async def _next(self) -> AdmissionDecision | None:
+        """The next decision newer than any so far (None: no more will come)."""
+        while True:
+            decision = await self._inbox.get()
+            if decision is None:
+                self._inbox.put_nowait(None)  # for whoever asks next
+                return None
+            if decision.revision > self._newest or (decision.state == "unknown" and self._newest == 0):
+                self._newest = decision.revision
+                if self._on_decision is not None:
+                    self._on_decision(decision)
+                return decision
+
     def _learn(self, decision: AdmissionDecision) -> None:
-        if decision.revision < self.decision.revision:
-            return  # an older answer overtaken by a newer one
         self.decision = decision
         if decision.state != "admitted" and not self.lost.is_set():
             self._lose(_lost_because(decision))
@@ -88,103 +211,68 @@ class HeldLease:
         self.lost_reason = reason
         self.lost.set()
 
-    async def _update(self, name: str, message: object) -> AdmissionDecision:
-        """One holder update; sent again while the singleton hands over to its next run, while the
-        server refuses it as busy (for up to BUSY_RETRY_SECONDS), and (all but a renewal, which is
-        fenced) when its call timed out or went unanswered for UNANSWERED_SECONDS beyond its own
-        wait. A repeat of those is the same request: acquiring, polling, releasing or withdrawing
-        twice changes nothing more."""
+    async def _signal_singleton(self, name: str, message: object, *, until: float | None = None) -> None:
+        """A signal to the singleton, sent again while the server cannot be reached (until `until`)."""
         loop = asyncio.get_running_loop()
-        give_up_at = loop.time() + BUSY_RETRY_SECONDS
-        unanswered = UNANSWERED_SECONDS + getattr(message, "wait_seconds", 0.0)
         while True:
             try:
-                return await asyncio.wait_for(
-                    self._handle.execute_update(name, message, result_type=AdmissionDecision), unanswered,
-                )
-            except asyncio.TimeoutError:  # never answered: a new update (a new id) asks again
-                if name == "renew_lease":
-                    raise
-            except WorkflowUpdateFailedError as error:
-                if getattr(error.cause, "type", None) != HANDING_OVER:
-                    raise
-            except WorkflowUpdateRPCTimeoutOrCancelledError:
-                if name == "renew_lease" or asyncio.current_task().cancelling():  # type: ignore[union-attr]
-                    raise
+                await self._singleton.signal(name, message)
+                return
             except RPCError as error:
-                # The SDK's own retries ran out on a busy host group: its updates in flight are all
-                # taken (history.maxInFlightUpdates, 10 by default), or the server aborted updates it
-                # had not handed to the workflow yet. Neither was applied; past a while, it is news.
-                busy = error.status in (RPCStatusCode.RESOURCE_EXHAUSTED, RPCStatusCode.UNAVAILABLE)
-                if not busy or loop.time() >= give_up_at:
+                if not _transient(error) or (until is not None and loop.time() >= until):
                     raise
-            await asyncio.sleep(HANDOVER_RETRY_SECONDS * random.uniform(1, 5))
-
-    async def _current(self) -> AdmissionDecision:
-        return await self._handle.query("holder_decision", GiveBack(holder=self.holder, request_id=self.request_id),
-                                        result_type=AdmissionDecision)
-
-    async def _news(self, after_revision: int) -> AdmissionDecision:
-        """The request's next decision (newer than `after_revision`), or its current one after a
-        long poll's wait. A long poll when the host group has one to spare; otherwise (PollLater)
-        the `holder_decision` query every few seconds for as long: a query is no update in flight
-        and writes no history."""
-        try:
-            return await self._update("await_decision", AwaitDecision(
-                holder=self.holder, request_id=self.request_id, after_revision=after_revision,
-            ))
-        except WorkflowUpdateFailedError as error:
-            if getattr(error.cause, "type", None) != POLL_LATER:
-                raise
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + DEFAULT_WAIT_SECONDS
-        while True:
-            await asyncio.sleep(POLL_SECONDS * random.uniform(0.5, 1.5))
-            try:
-                decision = await self._current()
-            except WorkflowQueryFailedError:  # restoring, or unknown: the next long poll says which, typed
-                return self.decision
-            if decision.revision > after_revision or loop.time() >= deadline:
-                return decision
+            await asyncio.sleep(RETRY_SECONDS)
 
     async def _keep_renewed(self) -> None:
+        """A requester renewal (every lease this holder workflow holds) at a third of the TTL. It has
+        no answer: the lease counts as renewed until the TTL after the last renewal the server took."""
+        loop = asyncio.get_running_loop()
+        ttl = self.decision.lease_ttl_seconds or 30.0
+        renewed_at = loop.time()
         while not self.lost.is_set():
-            ttl = self.decision.lease_ttl_seconds or 30.0
             await asyncio.sleep(ttl / 3)
-            if self.lost.is_set():
-                return
             try:
-                renewed = await self._update("renew_lease", RenewLease(
-                    holder=self.holder, request_id=self.request_id, lease_revision=self.decision.lease_revision,
-                ))
-                if renewed.error_code is not None:  # fenced out: a renewal that did land, or the lease is gone
-                    renewed = await self._current()
-            except (WorkflowUpdateFailedError, WorkflowQueryFailedError) as error:
-                self._lose(f"the renewal was refused: {_refusal(error)}")
+                await self._signal_singleton("renew", RenewBatch(requester=self.requester, everything=True),
+                                             until=renewed_at + ttl)
+                renewed_at = loop.time()
+            except RPCError as error:
+                self._lose(f"the lease expired while the server could not be reached ({error})")
                 return
-            except (RPCError, WorkflowUpdateRPCTimeoutOrCancelledError, asyncio.TimeoutError) as error:  # try again while the lease lasts
-                if _expired(self.decision):
-                    self._lose(f"the lease expired while the server could not be reached ({error})")
-                    return
-                continue
-            self._learn(renewed)
 
     async def _watch(self) -> None:
         while not self.lost.is_set():
-            try:
-                self._learn(await self._news(self.decision.revision))
-            except WorkflowUpdateFailedError as error:
-                self._lose(f"the host group no longer knows the lease: {_refusal(error)}")
-            except RPCError:
-                await asyncio.sleep(RETRY_SECONDS)
+            decision = await self._next()
+            if decision is None:
+                return
+            self._learn(decision)
 
     async def give_back(self) -> None:
-        """Release the lease (or withdraw the request still queued); quietly, at most RELEASE_SECONDS."""
-        if self.decision.state not in ("admitted", "queued"):
-            return
-        name = "release_lease" if self.decision.state == "admitted" else "cancel_request"
-        with contextlib.suppress(RPCError, WorkflowUpdateFailedError, WorkflowUpdateRPCTimeoutOrCancelledError, asyncio.TimeoutError):
-            await asyncio.wait_for(self._update(name, GiveBack(holder=self.holder, request_id=self.request_id)), RELEASE_SECONDS)
+        """Release the lease (or withdraw the request still queued), and wait, at most
+        RELEASE_SECONDS, for the singleton to confirm it; quietly."""
+        try:
+            if self.decision.state not in LIVE_STATES:
+                return
+            ids = [self.request_id]
+            name, batch = ("release", ReleaseBatch(requester=self.requester, request_ids=ids)) if self.decision.state == "admitted" \
+                else ("cancel", CancelBatch(requester=self.requester, request_ids=ids))
+            loop = asyncio.get_running_loop()
+            with contextlib.suppress(RPCError, asyncio.TimeoutError):
+                await self._signal_singleton(name, batch, until=loop.time() + RELEASE_SECONDS)
+                await asyncio.wait_for(self._confirmed(), RELEASE_SECONDS)
+        finally:
+            self._close()
+
+    async def _confirmed(self) -> None:
+        while (decision := await self._next()) is not None:
+            self.decision = decision
+            if decision.state not in LIVE_STATES:
+                return
+
+    def _close(self) -> None:
+        if self._unlisten is not None:
+            self._unlisten()
+        if self._follower is not None:
+            self._follower.cancel()
 
 
 async def acquire(
@@ -195,41 +283,54 @@ async def acquire(
     holder: str,
     on_queued: Callable[[AdmissionDecision], None] | None = None,
     withdraw: asyncio.Event | None = None,
+    on_decision: Callable[[AdmissionDecision], None] | None = None,
+    watch: HostGroupWatch | None = None,
 ) -> HeldLease:
-    """Submit `request` and wait (long polls) until it is admitted; NotAdmitted if it never is.
-    Setting `withdraw` cancels the request (then NotAdmitted, its decision `cancelled`): the long
-    poll in flight is answered by that change rather than cut off, since a cancelled update call
-    can cost the singleton a dropped workflow task (about ten seconds with nothing decided)."""
-    handle = client.get_workflow_handle(admission_workflow_id(host_group))
-    lease = HeldLease(handle, holder, AdmissionDecision(request_id=request.request_id, state="queued"))
+    """Submit `request` (start its holder workflow) and wait until it is admitted; NotAdmitted if it
+    never is. Setting `withdraw` cancels the request (then NotAdmitted, its decision `cancelled`).
+    Starting again with the same holder and request id joins the same request. `on_decision` hears
+    every decision on the request as it arrives, for as long as the lease is followed; `watch` (one
+    for all the holders of a process) hears them sooner."""
+    lease = HeldLease(client, host_group, holder, request.request_id, on_decision=on_decision, watch=watch)
     withdraw = withdraw or asyncio.Event()
     try:
-        # Answered after the first decision pass: admitted at once, or queued with its place to show.
-        decision = await lease._update("acquire", Acquire(holder=holder, request=request, wait_seconds=0))
+        singleton = await client.get_workflow_handle(admission_workflow_id(host_group)).describe()
+        await client.start_workflow(
+            HOLDER_WORKFLOW, HolderInput(host_group=host_group, holder=holder, request=request, submitted_by_holder=True),
+            id=lease.requester, task_queue=singleton.task_queue,
+            id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+            id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,
+        )
+        lease._follow()
+        # The holder workflow submits too if this never arrives; sent here, it saves that task's round trip.
+        await lease._signal_singleton("hold", HolderSubmit(requester=lease.requester, request=request))
         shown: tuple[int | None, str | None] | None = None
         withdrawn = False
-        while decision.state == "queued":
-            if on_queued is not None and (decision.position, decision.binding_constraint) != shown:
-                shown = (decision.position, decision.binding_constraint)
-                on_queued(decision)
-            lease.decision = decision
-            poll = asyncio.ensure_future(lease._news(decision.revision))
+        while lease.decision.state == "queued":
+            news = asyncio.ensure_future(lease._next())
             if not withdrawn:
                 stop = asyncio.ensure_future(withdraw.wait())
-                await asyncio.wait({poll, stop}, return_when=asyncio.FIRST_COMPLETED)
+                await asyncio.wait({news, stop}, return_when=asyncio.FIRST_COMPLETED)
                 stop.cancel()
                 if withdraw.is_set():
                     withdrawn = True
-                    await lease.give_back()
-            decision = await poll
+                    await lease._signal_singleton("cancel", CancelBatch(requester=lease.requester, request_ids=[request.request_id]))
+            decision = await news
+            if decision is None:
+                break
+            lease.decision = decision
+            if decision.state == "queued" and on_queued is not None and (decision.position, decision.binding_constraint) != shown:
+                shown = (decision.position, decision.binding_constraint)
+                on_queued(decision)
     except BaseException:
         await asyncio.shield(lease.give_back())
         raise
-    lease.decision = decision
+    decision = lease.decision
     if withdraw.is_set() and decision.state == "admitted":  # admitted as it was withdrawn: give it back
         await asyncio.shield(lease.give_back())
         decision = decision.model_copy(update={"state": "cancelled", "reason": "withdrawn by its holder"})
     if decision.state != "admitted":
+        lease._close()
         raise NotAdmitted(decision)
     return lease
 
@@ -242,43 +343,30 @@ async def hold(
     *,
     holder: str,
     on_queued: Callable[[AdmissionDecision], None] | None = None,
+    watch: HostGroupWatch | None = None,
 ) -> AsyncIterator[HeldLease]:
     """Run the block under an admitted lease (see the module's docstring)."""
-    lease = await acquire(client, host_group, request, holder=holder, on_queued=on_queued)
+    lease = await acquire(client, host_group, request, holder=holder, on_queued=on_queued, watch=watch)
     async with kept(lease):
         yield lease
 
 
 @contextlib.asynccontextmanager
 async def kept(lease: HeldLease) -> AsyncIterator[HeldLease]:
-    """An admitted lease renewed and watched while the block runs, and given back when it ends.
-    The watch's long poll is answered by the release, not cut off (see `acquire`)."""
+    """An admitted lease renewed and watched while the block runs, and given back when it ends."""
     renewer, watcher = asyncio.ensure_future(lease._keep_renewed()), asyncio.ensure_future(lease._watch())
     try:
         yield lease
     finally:
-        renewer.cancel()
-        await asyncio.gather(renewer, return_exceptions=True)
+        for task in (renewer, watcher):
+            task.cancel()
+        await asyncio.gather(renewer, watcher, return_exceptions=True)
         await asyncio.shield(lease.give_back())
-        with contextlib.suppress(asyncio.TimeoutError):
-            await asyncio.wait_for(asyncio.shield(watcher), RELEASE_SECONDS)
-        watcher.cancel()
-        await asyncio.gather(watcher, return_exceptions=True)
-
-
-def _refusal(error: WorkflowUpdateFailedError | WorkflowQueryFailedError) -> str:
-    """Why the singleton refused a call: an update's failure names it in its cause, a query's in itself."""
-    cause = getattr(error, "cause", None)
-    return str(getattr(cause, "message", cause)) if cause is not None else error.message
-
-
-def _expired(decision: AdmissionDecision) -> bool:
-    return decision.lease_expires_at is not None and decision.lease_expires_at <= datetime.now(timezone.utc)
 
 
 def _lost_because(decision: AdmissionDecision) -> str:
     """Why a lease is gone, in words: how (preempted, displaced, expired, released) and by whom."""
-    how = {"preempted": "preempted", "timed-out": "expired", "requeued": "expired (requeued)", "released": "released"}
+    how = {"preempted": "preempted", "timed-out": "expired", "released": "released"}
     said = how.get(decision.state, decision.state)
     if "displaced" in decision.happened:
         said = "displaced"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 from typing import Any
 
 from temporalio.client import Client
@@ -15,11 +17,12 @@ from activities.ledger_store import LedgerActivities
 from activities.stores import Stores, select_stores
 from activities.workflow_status import WorkflowStatusActivities
 from worker.config import WorkerConfig
+from workflows.admission.holder_workflow import AdmissionHolderWorkflow
 from workflows.admission.workflow import AdmissionWorkflow
 from workflows.mission.workflow import MissionWorkflow
 from workflows.workload.workflow import WorkloadWorkflow
 
-WORKFLOWS = [AdmissionWorkflow, MissionWorkflow, WorkloadWorkflow]  # the product's; tests and benchmarks add theirs
+WORKFLOWS = [AdmissionWorkflow, AdmissionHolderWorkflow, MissionWorkflow, WorkloadWorkflow]  # the product's; tests and benchmarks add theirs
 
 
 class ConductorWorker(Worker):
@@ -76,6 +79,13 @@ def deployment_config(config: WorkerConfig) -> WorkerDeploymentConfig | None:
 # tests/workflows/test_replay.py and `conductor replay` run under the SDK's strict default sandbox
 # (docs/workflow-costs.md, "The workflow sandbox").
 PRODUCTION_WORKFLOW_RUNNER = UnsandboxedWorkflowRunner()
+# How long the server holds a workflow task for the worker that has the workflow cached before it
+# gives the task to any worker (which replays the history). A worker that stops cleanly says so at
+# once; one SIGKILLed cannot, and every workflow it had cached waits this long: the admission
+# singleton of every host group it ran, with all its holders and missions. The SDK's 10 s made each
+# crash a 10 s stop of every host group (bench/admission_storm.py --kill-every 15); 3 s keeps a slow
+# but living worker's tasks its own (a cached task is seconds cheaper than a replay).
+STICKY_SCHEDULE_TO_START = timedelta(seconds=3)
 
 
 def build_worker(
@@ -97,6 +107,7 @@ def build_worker(
     if versioning is not None:
         worker_options.setdefault("deployment_config", versioning)
     worker_options.setdefault("workflow_runner", PRODUCTION_WORKFLOW_RUNNER)
+    worker_options.setdefault("sticky_queue_schedule_to_start_timeout", STICKY_SCHEDULE_TO_START)
     return ConductorWorker(
         client,
         owned_fleet=owned_fleet,

@@ -1,8 +1,9 @@
 """Admission as a shared service: holders that are not workflows share a host group with missions.
 
 One dev server, one host group, and independent schedulers on it: the conductor's missions, the
-`temporal` CLI speaking the holder updates (workflows/admission/holders.py), and processes under
-`conductor admission run` (worker/admission_run.py, run as a real process). The quota holds across
+`temporal` CLI starting an AdmissionHolder workflow and sending the singleton's signals
+(workflows/admission/holders.py), and processes under `conductor admission run`
+(worker/admission_run.py, run as a real process). The quota holds across
 all of them; a preemptible wrapped process loses its lease to an urgent mission and is stopped; a
 wrapper killed outright frees its capacity at the TTL; a request never admitted never runs its
 command; signals reach the command. AIWG's shared-host-scheduler.ts describes the same contract:
@@ -18,7 +19,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from temporalio.client import Client, WorkflowUpdateFailedError
+from temporalio.client import Client
 
 from activities.admission import set_policy_with_start
 from substrate.procs import alive
@@ -28,18 +29,10 @@ from tests.support.mission_harness import mission_harness
 from tests.support.processes import eventually
 from worker.admission_run import EXIT_LEASE_LOST, EXIT_NOT_ADMITTED
 from worker.binaries import temporal_cli
-from worker import lease as lease_module
-from worker.lease import acquire, hold
+from worker.lease import HostGroupWatch, acquire, hold
 from worker.mission_control import parse_spec
-from workflows.admission.holders import Acquire, AwaitDecision, GiveBack, HeldRequest, RenewLease
-from workflows.admission.messages import (
-    ADMISSION_WORKFLOW,
-    AdmissionDecision,
-    AdmissionWorkflowInput,
-    LeaseRow,
-    PolicyChange,
-    admission_workflow_id,
-)
+from workflows.admission.holders import HeldRequest, HolderDecisionQuery, holder_workflow_id
+from workflows.admission.messages import AdmissionDecision, LeaseRow, PolicyChange, admission_workflow_id
 from workflows.admission.model import AdmissionPolicy, AuditEvent
 
 ONE_SLOT = AdmissionPolicy(max_concurrent=1, runtime_quotas={"host": 1}, lease_ttl_seconds=4, allow_preemption=True)
@@ -115,13 +108,24 @@ async def test_missions_the_temporal_cli_and_wrapped_processes_share_one_quota(d
 
         command_pid = int(await _until_written(marker))
 
-        # A TypeScript Cockpit or an operator's script: the holder updates through the `temporal` CLI.
-        acquire = {"holder": "cockpit", "request": {"request_id": "cli-1", "orchestrator_id": "cockpit"}, "wait_seconds": 1}
-        code, out, err = await _temporal(h.client, "workflow", "update", "execute", "--workflow-id", singleton,
-                                         "--name", "acquire", "--input", json.dumps(acquire), "--output", "json")
+        # A TypeScript Cockpit or an operator's script through the `temporal` CLI: its holder workflow, started.
+        holder = holder_workflow_id(host_group, "cockpit", "cli-1")
+        request = {"host_group": host_group, "holder": "cockpit", "request": {"request_id": "cli-1", "orchestrator_id": "cockpit"}}
+        code, _, err = await _temporal(h.client, "workflow", "start", "--type", "AdmissionHolder", "--task-queue",
+                                       h.config.task_queue, "--workflow-id", holder, "--input", json.dumps(request))
         assert code == 0, err
-        queued = AdmissionDecision.model_validate(json.loads(out)["result"]) if "result" in json.loads(out) else None
-        assert queued is not None and queued.state == "queued" and queued.position == 1, out
+
+        async def decision() -> AdmissionDecision:
+            code, out, err = await _temporal(h.client, "workflow", "query", "--workflow-id", holder, "--name", "decision",
+                                             "--output", "json")
+            assert code == 0, err
+            return AdmissionDecision.model_validate(json.loads(out)["queryResult"][0])
+
+        async def queued_first() -> AdmissionDecision | None:
+            current = await decision()
+            return current if current.state == "queued" and current.position == 1 else None
+
+        await eventually(queued_first, "the CLI holder queued at position 1")
         assert len(await _leases(dev_client, host_group)) == 1  # the wrapped process holds the only slot
 
         # An urgent mission preempts the preemptible wrapped process, which is stopped; the mission runs.
@@ -132,25 +136,25 @@ async def test_missions_the_temporal_cli_and_wrapped_processes_share_one_quota(d
         assert code == EXIT_LEASE_LOST and "lease lost (preempted by urgent-" in err, (code, err)
         assert not alive(command_pid)
 
-        # The CLI holder's request comes next: a long poll hears its admission, then it gives the lease back.
-        poll = {"holder": "cockpit", "request_id": "cli-1", "after_revision": queued.revision, "wait_seconds": 30}
-        decision = None
-        while decision is None or decision.state == "queued":
-            code, out, err = await _temporal(h.client, "workflow", "update", "execute", "--workflow-id", singleton,
-                                             "--name", "await_decision", "--input", json.dumps(poll), "--output", "json")
-            assert code == 0, err
-            decision = AdmissionDecision.model_validate(json.loads(out)["result"])
-            poll["after_revision"] = decision.revision
-        assert decision.state == "admitted"
+        # The CLI holder's request comes next; it gives the lease back with the singleton's `release` signal.
+        async def admitted() -> AdmissionDecision | None:
+            current = await decision()
+            return current if current.state == "admitted" else None
+
+        await eventually(admitted, "the CLI holder admitted")
         [lease] = await _leases(dev_client, host_group)
-        assert (lease.request_id, lease.holder) == ("cli-1", "holder:cockpit")
-        code, out, err = await _temporal(h.client, "workflow", "update", "execute", "--workflow-id", singleton,
-                                         "--name", "release_lease", "--input", '{"holder": "cockpit", "request_id": "cli-1"}')
+        assert (lease.request_id, lease.holder) == ("cli-1", holder)
+        # Someone else's lease is not this holder's to give back: refused, the lease stays.
+        code, _, err = await _temporal(h.client, "workflow", "signal", "--workflow-id", singleton, "--name", "release",
+                                       "--input", json.dumps({"requester": "holder:mallory", "request_ids": ["cli-1"]}))
         assert code == 0, err
-        # Someone else's request is not this holder's to touch: refused, typed.
-        code, _, err = await _temporal(h.client, "workflow", "update", "execute", "--workflow-id", singleton,
-                                       "--name", "release_lease", "--input", '{"holder": "mallory", "request_id": "w-victim"}')
-        assert code != 0 and "no such request" in err, err
+        code, _, err = await _temporal(h.client, "workflow", "signal", "--workflow-id", singleton, "--name", "release",
+                                       "--input", json.dumps({"requester": holder, "request_ids": ["cli-1"]}))
+        assert code == 0, err
+        code, out, err = await _temporal(h.client, "workflow", "result", "--workflow-id", holder, "--output", "json")
+        assert code == 0 and json.loads(out)["result"]["state"] == "released", out + err
+        trail = [event.type for event in await _audit(dev_client, host_group) if event.request_id == "cli-1"]
+        assert trail == ["queued", "admitted", "released"], trail
         # At no moment did more than one request hold a lease.
         held, most = 0, 0
         for event in await _audit(dev_client, host_group):
@@ -229,9 +233,10 @@ async def test_signals_reach_the_wrapped_command_and_python_code_holds_leases_wi
         async with hold(dev_client, brief, request, holder="python@tests") as lease:
             assert lease.decision.state == "admitted" and not lease.lost.is_set()
             [row] = await _leases(dev_client, brief)
-            assert row.holder == "holder:python@tests"
+            assert row.holder == holder_workflow_id(brief, "python@tests", "py-1")
             await asyncio.sleep(policy.lease_ttl_seconds * 2)  # renewed meanwhile: still held
-            assert not lease.lost.is_set() and lease.decision.lease_revision >= 3
+            [again] = await _leases(dev_client, brief)
+            assert not lease.lost.is_set() and again.lease_expires_at > row.lease_expires_at
         assert await _leases(dev_client, brief) == []
 
 
@@ -252,63 +257,38 @@ async def test_aging_lets_an_old_wrapped_request_past_newer_urgent_missions(dev_
         assert admitted.index("w-old") < admitted.index(f"{newer.mission_id}:c"), admitted
 
 
-async def test_a_holder_without_a_long_poll_to_spare_reads_the_query_and_is_still_admitted(
+async def test_holders_of_one_process_hear_their_decisions_through_one_watch_of_the_singleton(
     dev_client: Client, substrate, tmp_path,
 ):
-    """Temporal admits 10 updates in flight per workflow by default: the singleton rations long
-    polls (max_waiting_polls), and a holder refused one (PollLater) follows its request with the
-    holder_decision query, which is no update."""
+    """A process with many holders (a Cockpit, the storm of bench/admission_storm.py) reads the
+    decisions from the singleton's history, as the singleton writes them; the `holder_decision`
+    query answers too, for a client that only asks now and then."""
     async with mission_harness(dev_client, substrate, tmp_path, as_in_production=True) as h:
-        host_group = f"rationed-{h.suffix}"
-        singleton = await dev_client.start_workflow(
-            ADMISSION_WORKFLOW, AdmissionWorkflowInput(host_group=host_group, policy=ONE_SLOT, max_waiting_polls=0),
-            id=admission_workflow_id(host_group), task_queue=h.config.task_queue,
-        )
-        async with hold(dev_client, host_group, HeldRequest(request_id="first", orchestrator_id="ops"), holder="ops"):
-            second = asyncio.ensure_future(
-                acquire(dev_client, host_group, HeldRequest(request_id="second", orchestrator_id="ops"), holder="ci"),
-            )
+        host_group = await _host_group(dev_client, h)
+        singleton = dev_client.get_workflow_handle(admission_workflow_id(host_group))
+        heard: list[tuple[str, str]] = []
+        async with HostGroupWatch(dev_client, host_group) as watch:
+            first = await acquire(dev_client, host_group, HeldRequest(request_id="first", orchestrator_id="ops"), holder="ops",
+                                  watch=watch, on_decision=lambda d: heard.append((d.request_id, d.state)))
+            second = asyncio.ensure_future(acquire(
+                dev_client, host_group, HeldRequest(request_id="second", orchestrator_id="ops"), holder="ci",
+                watch=watch, on_decision=lambda d: heard.append((d.request_id, d.state)),
+            ))
             await _until_audited(dev_client, host_group, "second")
-            with pytest.raises(WorkflowUpdateFailedError) as refused:
-                await singleton.execute_update("await_decision", AwaitDecision(holder="ci", request_id="second", after_revision=1))
-            assert refused.value.cause.type == "PollLater", refused.value.cause
-            queued = await singleton.query("holder_decision", GiveBack(holder="ci", request_id="second"), result_type=AdmissionDecision)
+            queued = await singleton.query("holder_decision", HolderDecisionQuery(holder="ci", request_id="second"),
+                                           result_type=AdmissionDecision)
             assert queued.state == "queued" and queued.position == 1, queued
             assert not second.done()
-        lease = await asyncio.wait_for(second, 15)  # the query sees the admission within a poll or two
-        assert lease.decision.state == "admitted"
-        renew = RenewLease(holder="ci", request_id="second", lease_revision=lease.decision.lease_revision)
-        renewed = await singleton.execute_update("renew_lease", renew, result_type=AdmissionDecision)
-        assert renewed.lease_revision > renew.lease_revision and renewed.error_code is None, renewed
-        stale = await singleton.execute_update("renew_lease", renew, result_type=AdmissionDecision)  # fenced out
-        assert stale.error_code is not None and stale.lease_revision == renewed.lease_revision, stale
-        await lease.give_back()
+            await first.give_back()
+            lease = await asyncio.wait_for(second, 15)
+            assert lease.decision.state == "admitted"
+            await lease.give_back()
+        # Each decision heard once, in order, whichever of the watch and the holder workflow's history brought it.
+        assert [state for request, state in heard if request == "first"] == ["admitted", "released"], heard
+        assert [state for request, state in heard if request == "second"] == ["queued", "admitted", "released"], heard
         assert await _leases(dev_client, host_group) == []
 
 
 def test_the_wrapper_refuses_a_missing_command_in_one_line(capsys):
     result = conductor_now(capsys, "admission", "run", "--host-group", "default")
     assert result.code == 2 and "needs a command after --" in result.line
-
-
-async def test_a_holder_update_that_is_never_answered_is_asked_again(monkeypatch):
-    """The server may lose an update's outcome (its registry goes with a dropped workflow task or
-    an evicted cache), and the SDK then waits for it for ever: seen once in CI, a holder's update
-    re-polled every 8 s for five minutes. No server here loses one on demand, so a stand-in for the
-    workflow handle does: its first call is never answered."""
-    monkeypatch.setattr(lease_module, "UNANSWERED_SECONDS", 0.05)
-    calls: list[str] = []
-
-    class LosesTheFirstUpdate:
-        async def execute_update(self, name, message, result_type):
-            calls.append(name)
-            if len(calls) == 1:
-                await asyncio.Event().wait()  # never answered
-            return AdmissionDecision(request_id="r", state="admitted", revision=1, lease_revision=1)
-
-    held = lease_module.HeldLease(LosesTheFirstUpdate(), "ops", AdmissionDecision(request_id="r", state="queued"))
-    decision = await asyncio.wait_for(held._update("acquire", Acquire(holder="ops", request=HeldRequest(request_id="r", orchestrator_id="o"), wait_seconds=0)), 5)
-    assert decision.state == "admitted" and calls == ["acquire", "acquire"]
-    calls.clear()
-    with pytest.raises(asyncio.TimeoutError):  # a renewal is fenced: the caller renews again, with the revision it knows
-        await held._update("renew_lease", RenewLease(holder="ops", request_id="r", lease_revision=1))

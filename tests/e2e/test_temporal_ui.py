@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pytest
 from temporalio import workflow
-from temporalio.client import Client, WorkflowExecutionStatus, WorkflowUpdateFailedError
+from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.service import RPCError
 
 from tests.support.substrate_fixtures import substrate  # noqa: F401  (fixture)
@@ -23,6 +23,7 @@ from worker.worker import WORKFLOWS
 from workflows.admission.messages import admission_workflow_id
 from workflows.admission.probe import ProbeRequest
 from workflows.admission.model import AdmissionPolicy
+from workflows.inbound import Refusal
 from workflows.ids import workload_workflow_id
 from workflows.mission.search import MISSION_HOST_GROUP, MISSION_ID, MISSION_STATE, WORKLOAD_KIND, WORKLOAD_STATE
 
@@ -38,21 +39,24 @@ def test_every_handler_says_what_it_is_for(workflow_class):
         assert handler.description and len(handler.description) > 20, (workflow_class.__name__, handler.name)
 
 
-async def test_operator_signals_are_gone_and_a_policy_change_needs_an_operator(dev_client: Client, tmp_path):
+async def test_the_singleton_takes_no_update_and_a_policy_change_needs_an_operator(dev_client: Client, tmp_path):
+    """Everything reaches the singleton by signal (docs/admission-api.md, "Why no updates"): a policy
+    change without an operator's name is refused, recorded where operators look, and changes nothing."""
     async with admission_harness(dev_client, tmp_path, AdmissionPolicy(max_concurrent=1)) as h:
         await h.start_probe("a", ProbeRequest(request_id="a"), hold_seconds=HOLD)
         await h.until_leased("a")
         definition = workflow._Definition.must_from_class(WORKFLOWS[0])
-        assert "set_policy" in definition.updates and "set_policy" not in definition.signals
-        nameless = {"operator": "", "policy": {"max_concurrent": 3}}
-        with pytest.raises((WorkflowUpdateFailedError, RPCError)):
-            await h.admission.execute_update("set_policy", nameless)
+        assert definition.updates == {} and "set_policy" in definition.signals
+        await h.admission.signal("set_policy", {"operator": "", "policy": {"max_concurrent": 3}})
+
+        async def refused() -> list[Refusal] | None:
+            return await h.query("refusals", result_type=list[Refusal]) or None
+
+        [refusal] = await h.eventually(refused, "the nameless policy change refused")
+        assert refusal.signal == "set_policy" and "operator" in refusal.reason, refusal
         policy = await h.query("policy", result_type=AdmissionPolicy)
         assert policy.max_concurrent == 1  # nothing changed
-        named = await h.admission.execute_update(
-            "set_policy", {"operator": "ops-alice", "policy": {"max_concurrent": 3}}, result_type=AdmissionPolicy,
-        )
-        assert named.max_concurrent == 3
+        await h.admission.signal("set_policy", {"operator": "ops-alice", "policy": {"max_concurrent": 3}})
 
         async def applied() -> bool:
             return (await h.query("policy", result_type=AdmissionPolicy)).max_concurrent == 3
@@ -61,7 +65,7 @@ async def test_operator_signals_are_gone_and_a_policy_change_needs_an_operator(d
         metadata = await h.admission.query("__temporal_workflow_metadata")
         details = metadata.current_details
         assert f"admission for host group {h.host_group}: 0 queued, 1 leases held; global 1/3" in details, details
-        assert "set_policy" in {u.name for u in metadata.definition.update_definitions}
+        assert "set_policy" in {s.name for s in metadata.definition.signal_definitions}
 
 
 async def test_a_failed_workload_fails_and_a_cancelled_mission_is_cancelled(dev_client: Client, substrate, tmp_path):

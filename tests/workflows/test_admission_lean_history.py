@@ -112,10 +112,11 @@ async def test_busy_singleton_keeps_one_timer_and_one_audit_export_in_flight(
         await h.eventually(lambda: _stored_seqs_are(h, [e.seq for e in recent]), "every audit event stored")
         types = await _event_types(h.admission)
         counts = Counter(types)
-        # The wake-up (the earliest lease expiry) only ever moved later: no timer was replaced,
-        # and each timer started after the one before it fired.
-        assert counts["TIMER_CANCELED"] == 0
-        assert counts["TIMER_STARTED"] <= counts["TIMER_FIRED"] + 1
+        # The wake-up (the earliest lease expiry) moved earlier only for an audit export due (events
+        # wait at most AUDIT_EXPORT_DELAY for others to leave with them): at most one timer replaced
+        # per export, and every other timer started after the one before it ended.
+        assert counts["TIMER_CANCELED"] <= counts["ACTIVITY_TASK_SCHEDULED"]
+        assert counts["TIMER_STARTED"] <= counts["TIMER_FIRED"] + counts["TIMER_CANCELED"] + 1
         assert counts["TIMER_FIRED"] >= 3
         in_flight = 0
         for kind in types:

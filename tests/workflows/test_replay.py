@@ -8,10 +8,9 @@ from importlib.metadata import version
 from pathlib import Path
 
 import pytest
-from temporalio.client import WorkflowHistory
 from temporalio.worker import Replayer
 
-from tests.command_sites import INDEX, command_sites, index_rows, index_table, reached_by_histories
+from tests.command_sites import INDEX, command_sites, index_rows, index_table, reached_by_histories, recorded_history
 from tests.support.decision_sink import DecisionSinkWorkflow
 from tests.support.substrate_support import EXECUTOR_TOKEN, FLEET_TOKEN
 from worker.payloads import DATA_CONVERTER
@@ -19,7 +18,7 @@ from worker.worker import WORKFLOWS
 from workflows.admission.probe import AdmissionProbeWorkflow
 
 HISTORIES = sorted((Path(__file__).resolve().parents[1] / "histories").glob("**/*.json"))
-WORKFLOW_TYPES = {"AdmissionWorkflow", "AdmissionProbeWorkflow", "MissionWorkflow", "WorkloadWorkflow"}
+WORKFLOW_TYPES = {"AdmissionWorkflow", "AdmissionHolder", "AdmissionProbeWorkflow", "MissionWorkflow", "WorkloadWorkflow"}
 
 
 def workflow_type(path: Path) -> str:
@@ -34,8 +33,7 @@ def test_every_workflow_type_has_recorded_histories() -> None:
 @pytest.mark.parametrize("path", HISTORIES, ids=[path.stem for path in HISTORIES])
 async def test_history_replays(path: Path) -> None:
     replayer = Replayer(workflows=[*WORKFLOWS, AdmissionProbeWorkflow, DecisionSinkWorkflow], data_converter=DATA_CONVERTER)
-    history = WorkflowHistory.from_json(path.stem, path.read_text())
-    await replayer.replay_workflow(history)
+    await replayer.replay_workflow(recorded_history(path))
 
 
 @pytest.mark.parametrize("path", HISTORIES, ids=[path.stem for path in HISTORIES])

@@ -17,13 +17,17 @@ from typing import Any
 
 from pydantic import BaseModel, TypeAdapter
 
-from workflows.admission.holders import Acquire, AwaitDecision, GiveBack, RenewLease
+from workflows.admission.holders import HolderDecisionQuery, HolderInput
 from workflows.admission.messages import (
     AdmissionDecision,
     AdmissionWorkflowInput,
+    CancelBatch,
+    DecisionBatch,
     LeaseRow,
     PolicyChange,
     QueueRow,
+    ReleaseBatch,
+    RenewBatch,
     UsageRow,
     WhatIf,
 )
@@ -82,22 +86,28 @@ SCHEMAS: tuple[Schema, ...] = (
     Schema("admission-input", "AdmissionWorkflow input",
            "AdmissionWorkflow's one argument: the host group and its policy.", AdmissionWorkflowInput),
     Schema("admission-policy", "AdmissionPolicy",
-           "A host group's policy: the `policy` query's answer and the `set_policy` update's result.", AdmissionPolicy),
-    Schema("policy-change", "PolicyChange", "The one argument of AdmissionWorkflow's `set_policy` update.", PolicyChange),
+           "A host group's policy: the `policy` query's answer, and what the `set_policy` signal sets.", AdmissionPolicy),
+    Schema("policy-change", "PolicyChange", "The one argument of AdmissionWorkflow's `set_policy` signal.", PolicyChange),
     Schema("admission-request", "AdmissionRequest", "The one argument of AdmissionWorkflow's `what_if` query.", AdmissionRequest),
     Schema("what-if", "WhatIf", "The answer of AdmissionWorkflow's `what_if` query.", WhatIf),
     Schema("queue-rows", "Queue rows", "The answer of AdmissionWorkflow's `queue` query (argument: an optional limit).", list[QueueRow]),
     Schema("lease-rows", "Lease rows", "The answer of AdmissionWorkflow's `leases` query.", list[LeaseRow]),
     Schema("usage-rows", "Usage rows", "The answer of AdmissionWorkflow's `usage` query.", list[UsageRow]),
     Schema("audit-events", "Audit events", "The answer of AdmissionWorkflow's `audit` query (argument: an optional limit).", list[AuditEvent]),
-    # AdmissionWorkflow, for holders that are not workflows (docs/admission-api.md)
-    Schema("acquire", "Acquire", "The one argument of AdmissionWorkflow's `acquire` update.", Acquire),
-    Schema("await-decision", "AwaitDecision", "The one argument of AdmissionWorkflow's `await_decision` update.", AwaitDecision),
-    Schema("renew-lease", "RenewLease", "The one argument of AdmissionWorkflow's `renew_lease` update.", RenewLease),
-    Schema("give-back", "GiveBack",
-           "The one argument of AdmissionWorkflow's `release_lease` and `cancel_request` updates.", GiveBack),
+    # Holders that are not workflows (docs/admission-api.md): their AdmissionHolder workflow and the
+    # singleton's signals they send
+    Schema("holder-input", "AdmissionHolder input",
+           "AdmissionHolder's one argument: the host group, the holder's name and its request.", HolderInput),
+    Schema("holder-decision-query", "HolderDecisionQuery",
+           "The one argument of AdmissionWorkflow's `holder_decision` query.", HolderDecisionQuery),
+    Schema("renew-batch", "RenewBatch",
+           "The one argument of AdmissionWorkflow's `renew` signal (a holder sends {requester, everything: true}).", RenewBatch),
+    Schema("release-batch", "ReleaseBatch", "The one argument of AdmissionWorkflow's `release` signal.", ReleaseBatch),
+    Schema("cancel-batch", "CancelBatch", "The one argument of AdmissionWorkflow's `cancel` signal.", CancelBatch),
+    Schema("decision-batch", "DecisionBatch",
+           "The one argument of the `admission_decided` signal the singleton sends each requester.", DecisionBatch),
     Schema("admission-decision", "AdmissionDecision",
-           "What every holder update answers: where the request stands (state, revision, lease, queue position).",
+           "Where a request stands (state, revision, lease, queue position): AdmissionHolder's `decision` query and result.",
            AdmissionDecision),
     Schema("refusals", "Refusals", "The answer of AdmissionWorkflow's `refusals` query: signals it did not act on, and why.", list[Refusal]),
 )

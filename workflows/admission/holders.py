@@ -1,24 +1,24 @@
-"""Holders: requesters that are not workflows (an operator's script, a TypeScript Cockpit, an agent
-loop started by hand under `conductor admission run`), and the updates they use.
+"""Holders: requesters that are not workflows of their own (an operator's script, a TypeScript
+Cockpit, an agent loop started by hand under `conductor admission run`), and what they send.
 
-A workflow requester hears its decisions by signal; anything else cannot be signalled, so a holder
-asks with Temporal updates instead, each answered with the request's `AdmissionDecision`:
+A holder takes a lease by starting an `AdmissionHolder` workflow (`holder_workflow.py`) with a
+`HolderInput`. That small workflow is the holder's requester: it submits the request, hears every
+decision by signal like a mission does, and closes with the final decision when the request ends.
+The holder learns each decision without any call into the singleton:
 
-- `acquire` submits a request (idempotent by request id) and waits, at most `wait_seconds`, for it
-  to leave the queue; a queued answer carries the position and what it waits on;
-- `await_decision` waits, at most `wait_seconds`, for a decision newer than `after_revision`
-  (a long poll: no tight polling, and a held lease's holder hears a preemption at once);
-- `renew_lease` renews a held lease, fenced by its lease revision;
-- `release_lease` gives a lease back; `cancel_request` withdraws a request still queued;
-- the `holder_decision` query reads a request's decision (no update, no history): for holders
-  whose long poll was refused with `PollLater`, because as many as `max_waiting_polls` wait already
-  (Temporal admits ten updates in flight per workflow by default, and the rest must not stall).
+- it follows the holder workflow's history (a long poll on `GetWorkflowExecutionHistory`, as a
+  workflow's result is awaited): each `admission_decided` signal carries the decision;
+- or it reads the holder workflow's `decision` query, or awaits its result (the final decision).
+
+It renews and gives back with the singleton's `renew` (`everything`), `release` and `cancel`
+signals, naming the holder workflow as requester. Nothing a holder does is a Temporal update on the
+singleton: updates count against a per-workflow limit (ten in flight by default, and on Temporal
+Cloud), and an update handled on a cold worker next to other new events can replay in another
+order than it ran (docs/admission-api.md, "Why no updates"): one such replay stopped a host group.
 
 Every request goes through the same engine as a workflow's: quotas, order, aging, preemption,
 lanes, fair share, audit events, idempotent replay, and a colliding id fails closed. A holder that
-disappears loses its lease at the TTL (the requester sweep looks for closed workflows, and a
-holder is none). Waits are bounded so that an update in flight never holds continue-as-new back
-for long: a run that hands over answers every waiting update at once, with what it knows.
+stops renewing loses its lease at the TTL and its request ends (it is not requeued).
 """
 
 from __future__ import annotations
@@ -38,17 +38,15 @@ from workflows.admission.model import (
 from workflows.limits import MAX_PRIORITY, MIN_PRIORITY
 
 HOLDER_PREFIX = "holder:"
-# The typed refusals a holder answers by sending again (the ApplicationError types of the updates):
-HANDING_OVER = "HandingOver"  # the singleton continues as new: send the same update again in a moment
-POLL_LATER = "PollLater"  # max_waiting_polls long polls wait already: read holder_decision meanwhile
-MAX_WAIT_SECONDS = 60.0
-DEFAULT_WAIT_SECONDS = 20.0
+HOLDER_WORKFLOW = "AdmissionHolder"
+DECISION_QUERY = "decision"
 
 
-def requester_of(holder: str) -> str:
-    """The requester key a holder's requests are filed under (never a workflow id: no `:` prefix
-    of ours names a workflow)."""
-    return f"{HOLDER_PREFIX}{holder}"
+def holder_workflow_id(host_group: str, holder: str, request_id: str) -> str:
+    """The holder workflow of one request: its requester id at the singleton, and where its
+    decisions land. A holder's name and the request id both take part, so two holders that pick
+    the same request id never share a workflow (the singleton then refuses the second, typed)."""
+    return f"{HOLDER_PREFIX}{host_group}/{holder}/{request_id}"
 
 
 def is_holder(requester: str) -> bool:
@@ -79,31 +77,27 @@ class HeldRequest(_Message):
         return AdmissionRequest(submitted_at=at, **self.model_dump())
 
 
-Wait = Field(default=DEFAULT_WAIT_SECONDS, ge=0, le=MAX_WAIT_SECONDS)
+class HolderInput(_Message):
+    """The `AdmissionHolder` workflow's input: whose request, for which host group."""
 
-
-class Acquire(_Message):
+    host_group: Identifier
     holder: Identifier
     request: HeldRequest
-    wait_seconds: float = Wait
+    # True: the holder sends the singleton's `hold` signal itself, right after the start (a round
+    # trip sooner); the holder workflow submits only if no decision came within 10 s.
+    submitted_by_holder: bool = False
 
 
-class AwaitDecision(_Message):
-    holder: Identifier
-    request_id: Identifier
-    after_revision: int = Field(default=0, ge=0)
-    wait_seconds: float = Wait
+class HolderSubmit(_Message):
+    """The singleton's `hold` signal: a holder's request, filed under its holder workflow, stamped
+    with the singleton's own time (a holder's clock never decides its place in the queue)."""
+
+    requester: str  # the holder workflow's id (`holder_workflow_id`)
+    request: HeldRequest
 
 
-class RenewLease(_Message):
-    holder: Identifier
-    request_id: Identifier
-    lease_revision: int = Field(ge=1)
-
-
-class GiveBack(_Message):
-    """`release_lease` (a held lease) and `cancel_request` (a request still queued); also what the
-    `holder_decision` query reads."""
+class HolderDecisionQuery(_Message):
+    """What the singleton's `holder_decision` query reads: a holder's request, by the holder's name."""
 
     holder: Identifier
     request_id: Identifier

@@ -143,14 +143,6 @@ class AdmissionWorkflowInput(_Message):
     # too, and slices of 10,000 still did at times with 100,000 held (about 15 us a record quiet,
     # several times that on a starved worker, with the garbage collector walking the old state).
     restore_records_per_task: int = Field(default=2_000, ge=1)
-    # Holder long polls (`acquire` and `await_decision` waiting for news) allowed to wait at once.
-    # Temporal admits at most 10 updates in flight per workflow execution by default
-    # (`history.maxInFlightUpdates`; docs.temporal.io/self-hosted-guide/defaults); one more gets
-    # RESOURCE_EXHAUSTED, which the SDK clients retry after seconds of backoff. With 20 holders in
-    # flight on a default server, calls stalled for up to 9 s (bench/admission_holders.py). Long
-    # polls beyond this budget are refused (`PollLater`) so renewals and releases keep headroom;
-    # their holders read the `holder_decision` query instead, which costs no update and no history.
-    max_waiting_polls: int = Field(default=5, ge=0, le=10_000)
     carried: "CarriedState | None" = None
 
 

@@ -26,10 +26,9 @@ it runs wait and leave together in the next one.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections import defaultdict, deque
 from datetime import datetime, timedelta
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 from pydantic import Field, TypeAdapter
 from temporalio import workflow
@@ -38,16 +37,7 @@ from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     from workflows.admission import codec, engine
-    from workflows.admission.holders import (
-        HANDING_OVER,
-        POLL_LATER,
-        Acquire,
-        AwaitDecision,
-        GiveBack,
-        RenewLease,
-        is_holder,
-        requester_of,
-    )
+    from workflows.admission.holders import HolderDecisionQuery, HolderSubmit, holder_workflow_id, is_holder
     from workflows.admission.messages import (
         ADMISSION_WORKFLOW,
         BETWEEN_RESTORE_SLICES,
@@ -101,6 +91,7 @@ with workflow.unsafe.imports_passed_through():
 
 EXPORT_AUDIT_ACTIVITY = "export_audit_events"
 MAX_EVENTS_PER_EXPORT = 500  # keeps one export's input far below the server's payload limit
+AUDIT_EXPORT_DELAY = timedelta(seconds=1)  # how long an audit event may wait for others to leave with
 SCHEMA_HINT = "see `conductor mission schema --list` and docs/mission-control-api.md"
 _LIMIT = TypeAdapter(Annotated[int, Field(ge=0, le=100_000)])
 CARRY_AT_MOST = 100  # inbox items a continue-as-new carries without one more decision pass first
@@ -119,13 +110,6 @@ class AdmissionWorkflow:
             raise refused_start(refused, ADMISSION_WORKFLOW) from None
         self._input = input
         self._refused: deque[Refusal] = deque(maxlen=MAX_REFUSALS_KEPT)
-        # Holders' latest decisions (request id -> the pass count that made it, the decision), for
-        # their waiting updates; never carried: a new run answers from the engine's records.
-        self._held: dict[str, tuple[int, AdmissionDecision]] = {}
-        self._decided = 0  # passes that decided anything for a holder
-        self._unapplied: set[int] = set()  # id() of holder inbox items no pass has taken yet
-        self._waiting_polls = 0  # holder long polls waiting now (max_waiting_polls)
-        self._ending = False  # continue-as-new is next: waiting updates answer now
         carried = input.carried
         self._restore: codec.Restore | None = None
         if carried is None:
@@ -158,6 +142,7 @@ class AdmissionWorkflow:
         self._timer_at: datetime | None = None
         self._timer_fired = False
         self._audit_outbox: list[AuditEvent] = []
+        self._audit_due: datetime | None = None  # when the oldest event in the outbox must leave
         self._exporting = False
         self._handing_over = False  # continue-as-new is due and its one extra pass has begun
         self._gone_requesters: set[str] = set(carried.gone_requesters) if carried else set()
@@ -179,6 +164,23 @@ class AdmissionWorkflow:
         if batch is None:
             return
         self._inbox.append(InboxItem(kind="submit", submit=batch))
+
+    @workflow.signal(description=(
+        "For holders (docs/admission-api.md): submit a holder's request under its AdmissionHolder workflow, stamped with "
+        "this workflow's time; the decisions go to that workflow. Sent by the holder and by its holder workflow: a repeat "
+        "changes nothing."
+    ))
+    def hold(self, *args: Any) -> None:
+        call = signal_argument(args, HolderSubmit, "hold", self._refuse, hint=SCHEMA_HINT)
+        if call is None:
+            return
+        if not is_holder(call.requester):  # a holder's lease ends at its expiry; only a holder workflow may ask so
+            self._refuse("hold", Refused(f"requester {call.requester!r} is no holder workflow: its id must be "
+                                         "holder:<host_group>/<holder>/<request_id> (docs/admission-api.md)"))
+            return
+        self._inbox.append(InboxItem(kind="submit", submit=SubmitBatch(
+            requester=call.requester, requests=[call.request.submitted(workflow.now())],
+        )))
 
     @workflow.signal(description=(
         "For requester workflows (missions, workloads) only, through workflows.admission.client; not an operator action. "
@@ -210,179 +212,29 @@ class AdmissionWorkflow:
             return
         self._inbox.append(InboxItem(kind="cancel", cancel=batch))
 
-    @workflow.update(description=(
+    @workflow.signal(description=(
         "Operators: replace this host group's admission policy (`conductor admission policy set`). "
-        "Requires the operator's name, which the audit trail records; the change applies on the next decision pass."
+        "Requires the operator's name, which the audit trail records; the change applies on the next decision pass "
+        "(the `policy` query shows it then). A change that cannot be read is refused and kept for the `refusals` query."
     ))
-    def set_policy(self, *args: Any) -> AdmissionPolicy:
-        change = argument(args, PolicyChange, "the set_policy update's argument")
-        # An update, not a signal: its argument's type (`PolicyChange.operator`, an OperatorName)
-        # requires the operator's name, so a change without one is rejected before it reaches
-        # history and the sender learns why. Applied in the decision loop like every other input
-        # (so continue-as-new carries it if it arrives while the run hands over).
+    def set_policy(self, *args: Any) -> None:
+        # A signal, like everything this singleton takes: it accepts no update, so no replay of it
+        # depends on the order in which a worker meets an update and other news (docs/admission-api.md).
+        change = signal_argument(args, PolicyChange, "set_policy", self._refuse, hint=SCHEMA_HINT)
+        if change is None:
+            return
         self._inbox.append(InboxItem(kind="set_policy", set_policy=change))
-        return change.policy
-
-    @set_policy.validator
-    def _policy_change_readable(self, *args: Any) -> None:
-        argument(args, PolicyChange, "the set_policy update's argument", hint=SCHEMA_HINT)
-
-    # --- holders: requesters that are not workflows (workflows.admission.holders) -------------
-
-    @workflow.update(description=(
-        "Any client (a script, Cockpit, `conductor admission run`): submit a request as a holder that is not a "
-        "workflow, and wait at most wait_seconds for it to leave the queue; answers its AdmissionDecision."
-    ))
-    async def acquire(self, *args: Any) -> AdmissionDecision:
-        call = argument(args, Acquire, "the acquire update's argument")
-        requester = requester_of(call.holder)
-        request_id = call.request.request_id
-        before = self._decided
-        await self._applied(InboxItem(kind="submit", submit=SubmitBatch(
-            requester=requester, requests=[call.request.submitted(workflow.now())],
-        )))
-        decision = self._known(self._outcome(requester, request_id, before))
-        if decision.state != "queued" or self._waiting_polls >= self._input.max_waiting_polls:
-            return decision  # without a poll to spare, the holder polls with holder_decision
-        return await self._answer(
-            requester, request_id, self._decided, call.wait_seconds, lambda decision: decision.state != "queued",
-        )
-
-    @acquire.validator
-    def _acquire_readable(self, *args: Any) -> None:
-        self._holder_call_allowed(args, Acquire, "acquire")
-
-    @workflow.update(description=(
-        "Any client: wait at most wait_seconds for a decision on a holder's request newer than after_revision "
-        "(a long poll: a queued request's admission, a held lease's preemption); answers its AdmissionDecision."
-    ))
-    async def await_decision(self, *args: Any) -> AdmissionDecision:
-        call = argument(args, AwaitDecision, "the await_decision update's argument")
-        requester = requester_of(call.holder)
-        current = self._decision(requester, call.request_id)
-        if current.revision > call.after_revision or current.state == "unknown":
-            return self._known(current)
-        return await self._answer(
-            requester, call.request_id, self._decided, call.wait_seconds,
-            lambda decision: decision.revision > call.after_revision,
-        )
-
-    @await_decision.validator
-    def _await_readable(self, *args: Any) -> None:
-        call = self._holder_call_allowed(args, AwaitDecision, "await_decision")
-        if call.wait_seconds > 0 and self._waiting_polls >= self._input.max_waiting_polls:
-            current = self._decision(requester_of(call.holder), call.request_id)
-            if current.revision <= call.after_revision and current.state != "unknown":
-                raise ApplicationError(
-                    f"host group {self._input.host_group} has {self._waiting_polls} long polls waiting "
-                    f"(max_waiting_polls); read the holder_decision query and poll again in a few seconds",
-                    type=POLL_LATER,
-                )
 
     @workflow.query(description=(
-        "Any client: a holder's request's AdmissionDecision, read without an update (for a holder whose "
-        "long poll was refused with PollLater); argument {holder, request_id}."
+        "Any client: where a holder's request stands (AdmissionDecision), by the holder's name and the "
+        "request id; argument {holder, request_id}. The holder's own AdmissionHolder workflow has it too."
     ))
     def holder_decision(self, *args: Any) -> AdmissionDecision:
-        call = argument(args, GiveBack, "the holder_decision query's argument", hint=SCHEMA_HINT)
+        call = argument(args, HolderDecisionQuery, "the holder_decision query's argument", hint=SCHEMA_HINT)
         self._require_restored()
-        return self._known(self._decision(requester_of(call.holder), call.request_id))
-
-    @workflow.update(description="Any client: renew a holder's lease, fenced by its lease revision; answers its AdmissionDecision.")
-    async def renew_lease(self, *args: Any) -> AdmissionDecision:
-        call = argument(args, RenewLease, "the renew_lease update's argument")
-        return await self._holder_change(call.holder, call.request_id, InboxItem(kind="renew", renew=RenewBatch(
-            requester=requester_of(call.holder),
-            leases=[LeaseRef(request_id=call.request_id, lease_revision=call.lease_revision)],
-        )))
-
-    @renew_lease.validator
-    def _renew_readable(self, *args: Any) -> None:
-        self._holder_call_allowed(args, RenewLease, "renew_lease")
-
-    @workflow.update(description="Any client: give back a holder's lease; answers its AdmissionDecision.")
-    async def release_lease(self, *args: Any) -> AdmissionDecision:
-        return await self._holder_gives_back("release_lease", args)
-
-    @release_lease.validator
-    def _release_readable(self, *args: Any) -> None:
-        self._holder_call_allowed(args, GiveBack, "release_lease")
-
-    @workflow.update(description="Any client: withdraw a holder's request still queued; answers its AdmissionDecision.")
-    async def cancel_request(self, *args: Any) -> AdmissionDecision:
-        return await self._holder_gives_back("cancel_request", args)
-
-    @cancel_request.validator
-    def _cancel_readable(self, *args: Any) -> None:
-        self._holder_call_allowed(args, GiveBack, "cancel_request")
-
-    def _holder_call_allowed(self, args: tuple[Any, ...], model: Any, name: str) -> Any:
-        """A holder update's validator: its argument read (and returned), refused while restoring or
-        handing over."""
-        call = argument(args, model, f"the {name} update's argument", hint=SCHEMA_HINT)
-        self._require_restored()
-        if self._ending:
-            raise ApplicationError(
-                f"host group {self._input.host_group} is handing over to its next run; send {name} again in a moment",
-                type=HANDING_OVER,
-            )
-        return call
-
-    async def _holder_gives_back(self, name: Literal["release_lease", "cancel_request"], args: tuple[Any, ...]) -> AdmissionDecision:
-        """`release_lease` and `cancel_request`: what the release and cancel signals carry, for a holder."""
-        call = argument(args, GiveBack, f"the {name} update's argument")
-        batch = {"requester": requester_of(call.holder), "request_ids": [call.request_id]}
-        item = InboxItem(kind="release", release=ReleaseBatch(**batch)) if name == "release_lease" else InboxItem(
-            kind="cancel", cancel=CancelBatch(**batch),
-        )
-        return await self._holder_change(call.holder, call.request_id, item)
-
-    async def _holder_change(self, holder: str, request_id: str, item: InboxItem) -> AdmissionDecision:
-        """Apply a holder's renewal, release or cancellation in the next pass; answer its decision."""
-        before = self._decided
-        await self._applied(item)
-        return self._known(self._outcome(requester_of(holder), request_id, before))
-
-    async def _applied(self, item: InboxItem) -> None:
-        """Queue a holder's item and wait for the pass that takes it. No timer: the loop runs a pass
-        as soon as the inbox has anything, and a run that hands over first decides every holder item
-        it holds (`run`), so the wait is one pass long. A timer per call would cost the history two
-        events more for each, and the host group a continue-as-new that much sooner."""
-        key = id(item)
-        self._unapplied.add(key)
-        self._inbox.append(item)
-        await workflow.wait_condition(lambda: key not in self._unapplied)
-
-    def _outcome(self, requester: str, request_id: str, before: int) -> AdmissionDecision:
-        """What the pass that applied a holder's item decided (with what happened and any refusal's
-        `error_code`, a stale renewal's say) if it is newer than pass `before`; else the records."""
-        held = self._held.get(request_id)
-        return held[1] if held is not None and held[0] > before else self._decision(requester, request_id)
-
-    async def _answer(self, requester: str, request_id: str, since: int, wait_seconds: float, done) -> AdmissionDecision:
-        """A long poll: the holder's decision on `request_id` once a pass after `since` made one that
-        is `done`, or after `wait_seconds`, or at once when this run hands over (continue-as-new
-        waits for no update longer than a pass)."""
-        def ready() -> bool:
-            held = self._held.get(request_id)
-            return self._ending or (held is not None and held[0] > since and done(held[1]))
-
-        if not ready() and wait_seconds > 0:
-            self._waiting_polls += 1
-            try:
-                with contextlib.suppress(asyncio.TimeoutError):
-                    await workflow.wait_condition(ready, timeout=timedelta(seconds=wait_seconds), timeout_summary="holder's wait")
-            finally:
-                self._waiting_polls -= 1
-        return self._known(self._outcome(requester, request_id, since))
-
-    @staticmethod
-    def _known(decision: AdmissionDecision) -> AdmissionDecision:
-        """A holder's answer; a request it does not own (or never sent) fails the update, typed."""
+        decision = self._decision(holder_workflow_id(self._input.host_group, call.holder, call.request_id), call.request_id)
         if decision.state == "unknown":
-            raise ApplicationError(
-                f"request {decision.request_id}: {decision.reason}", type="UnknownRequest", non_retryable=True,
-            )
+            raise ApplicationError(f"request {call.request_id}: {decision.reason}", type="UnknownRequest", non_retryable=True)
         return decision
 
     def _refuse(self, signal: str, refused: Refused) -> None:
@@ -438,8 +290,7 @@ class AdmissionWorkflow:
     def requesters(self, *args: Any) -> list[str]:
         no_argument(args, "the requesters query")
         self._require_restored()
-        # Holders are not workflows: visibility cannot tell whether one is gone, its lease's TTL does.
-        return sorted(who for who in self._by_requester if not is_holder(who) and self._live_requests_of(who))
+        return sorted(who for who in self._by_requester if self._live_requests_of(who))
 
     @workflow.query(description="Leases held against each limit of the policy (global, environment, provider, lane, runtime).")
     def usage(self, *args: Any) -> list[UsageRow]:
@@ -500,11 +351,6 @@ class AdmissionWorkflow:
                     # rather than carry it all; what arrives after that is carried.
                     self._handing_over = True
                     continue
-                # Holders' updates wait in this run: what they sent is decided here, in one last pass,
-                # and any other wait is answered now; new ones are refused until the next run takes over.
-                self._ending = True
-                if any(is_holder(_requester_of(item)) for item in self._inbox):
-                    continue  # the next pass decides them, then this run hands over
                 await workflow.wait_condition(workflow.all_handlers_finished)
                 workflow.continue_as_new(self._carry())
 
@@ -531,6 +377,7 @@ class AdmissionWorkflow:
 
     async def _wait_for_work(self) -> None:
         self._sweep_if_due()
+        self._export_if_due()
         if self._inbox or self._gone_requesters:
             return
         wake = engine.next_wakeup(self._state)
@@ -538,6 +385,8 @@ class AdmissionWorkflow:
             return
         if self._next_sweep_at is not None and self._holds_anything() and (wake is None or self._next_sweep_at < wake):
             wake = self._next_sweep_at
+        if self._audit_due is not None and not self._exporting and (wake is None or self._audit_due < wake):
+            wake = self._audit_due
         self._timer_fired = False
         self._arm_timer(wake)
         await workflow.wait_condition(lambda: bool(self._inbox) or bool(self._gone_requesters) or self._timer_fired)
@@ -607,7 +456,6 @@ class AdmissionWorkflow:
         """One pass: every inbox item through the engine, then one signal per requester."""
         now = workflow.now()
         items = self._take_inbox()
-        self._unapplied.difference_update(id(item) for item in items)
         touched: dict[str, dict[str, AdmissionDecision | None]] = defaultdict(dict)
         errors: dict[tuple[str, str], OpResult] = {}
         events: list[AuditEvent] = []
@@ -622,6 +470,10 @@ class AdmissionWorkflow:
                     errors[(requester, request_id)] = result
             return result
 
+        def refuse(requester: str, request_id: str) -> None:
+            workflow.logger.warning("%s named request %s, which is not its own; refused", requester, request_id)
+            touched[requester][request_id] = None  # its decision says `unknown`: "no such request"
+
         # Requester renewals first: each took effect when it was sent, before this pass's clock
         # could expire what it renews. They touch no one (no event, no decision back).
         self._extend([item.renew for item in items if item.renew is not None and item.renew.everything], now, apply)
@@ -629,7 +481,7 @@ class AdmissionWorkflow:
             self._abandon(requester, apply, "requester closed without giving it back")
         self._gone_requesters.clear()
         for item in items:
-            self._apply_item(item, apply, unconfirmed)
+            self._apply_item(item, apply, unconfirmed, refuse)
         if not items:
             apply(Reconcile(), None, None)
         # A holder whose lease expired has stopped its work (or is gone): requeued, its request would
@@ -706,7 +558,10 @@ class AdmissionWorkflow:
             f"{'; ' + limits if limits else ''}"
         )
 
-    def _apply_item(self, item: InboxItem, apply, unconfirmed: set[str]) -> None:
+    def _apply_item(self, item: InboxItem, apply, unconfirmed: set[str], refuse) -> None:
+        """One inbox item through the engine. A renewal, release or cancellation names requests of
+        its sender's only: any other is refused (`refuse`: its sender hears `unknown`), since any
+        client can send these signals and a request id is no secret."""
         if item.submit is not None:
             requester = item.submit.requester
             for request in item.submit.requests:
@@ -715,20 +570,23 @@ class AdmissionWorkflow:
                     self._requesters[request.request_id] = requester
                     self._by_requester[requester].add(request.request_id)
         elif item.renew is not None:
+            requester = item.renew.requester
             for lease in item.renew.leases:  # a requester renewal (`everything`) names none
-                apply(Renew(request_id=lease.request_id, lease_revision=lease.lease_revision), item.renew.requester, lease.request_id)
-        elif item.release is not None:
-            reply_to = item.release.requester if item.release.confirm else None
-            for request_id in item.release.request_ids:
-                apply(Release(request_id=request_id), reply_to, request_id)
-            if not item.release.confirm:
-                unconfirmed.update(item.release.request_ids)
-        elif item.cancel is not None:
-            reply_to = item.cancel.requester if item.cancel.confirm else None
-            for request_id in item.cancel.request_ids:
-                apply(Cancel(request_id=request_id), reply_to, request_id)
-            if not item.cancel.confirm:
-                unconfirmed.update(item.cancel.request_ids)
+                if self._requesters.get(lease.request_id) != requester:
+                    refuse(requester, lease.request_id)
+                    continue
+                apply(Renew(request_id=lease.request_id, lease_revision=lease.lease_revision), requester, lease.request_id)
+        elif item.release is not None or item.cancel is not None:
+            batch = item.release or item.cancel
+            assert batch is not None
+            give_back = Release if item.release is not None else Cancel
+            for request_id in batch.request_ids:
+                if self._requesters.get(request_id) != batch.requester:
+                    refuse(batch.requester, request_id)
+                    continue
+                apply(give_back(request_id=request_id), batch.requester if batch.confirm else None, request_id)
+            if not batch.confirm:
+                unconfirmed.update(batch.request_ids)
         elif item.set_policy is not None:
             workflow.logger.info("policy changed by %s", item.set_policy.operator)
             apply(SetPolicy(policy=item.set_policy.policy, operator=item.set_policy.operator), None, None)
@@ -775,11 +633,6 @@ class AdmissionWorkflow:
             for request_id in sorted(touched[requester]):
                 error = errors.get((requester, request_id))
                 decisions.append(self._decision(requester, request_id, happened.get(request_id, []), error))
-            if is_holder(requester):  # not a workflow: its waiting updates read it (`_answer`)
-                self._decided += 1
-                for decision in decisions:
-                    self._held[decision.request_id] = (self._decided, decision)
-                continue
             batch = DecisionBatch(host_group=self._input.host_group, revision=self._state.revision, decisions=decisions)
             self._spawn(self._signal_requester(requester, batch))
 
@@ -822,24 +675,37 @@ class AdmissionWorkflow:
         except asyncio.CancelledError:
             raise
         except Exception as error:  # the requester no longer exists: never a failure of the singleton
-            workflow.logger.warning("cannot reach requester %s (%s); releasing what it holds", requester, error)
-            self._gone_requesters.add(requester)
+            if self._live_requests_of(requester):  # else a late decision to a closed holder workflow: nothing to do
+                workflow.logger.warning("cannot reach requester %s (%s); releasing what it holds", requester, error)
+                self._gone_requesters.add(requester)
 
     def _export_audit(self, events: list[AuditEvent]) -> None:
-        """At most one export in flight: what happens meanwhile waits and leaves with the next."""
+        """Audit events leave together, at most AUDIT_EXPORT_DELAY after the oldest of them."""
         self._audit_outbox.extend(events)
-        if not self._exporting:
-            self._exporting = True
-            self._spawn(self._drain_audit_outbox())
+        if self._audit_outbox and self._audit_due is None:
+            self._audit_due = workflow.now() + AUDIT_EXPORT_DELAY
+        self._export_if_due()
 
-    async def _drain_audit_outbox(self) -> None:
+    def _export_if_due(self, *, now: bool = False) -> None:
+        """One export in flight at most, started when a full batch waits or the oldest event is due
+        (or `now`, before continue-as-new). An export is three events and a workflow task of the
+        singleton's: started for every pass of a busy host group, they were a quarter of its history."""
+        if self._exporting or not self._audit_outbox:
+            return
+        if now or len(self._audit_outbox) >= MAX_EVENTS_PER_EXPORT or workflow.now() >= self._audit_due:  # type: ignore[operator]
+            self._exporting = True
+            self._audit_due = None
+            batch = self._audit_outbox[:MAX_EVENTS_PER_EXPORT]
+            del self._audit_outbox[:MAX_EVENTS_PER_EXPORT]
+            self._spawn(self._export_batch(batch))
+
+    async def _export_batch(self, batch: list[AuditEvent]) -> None:
         try:
-            while self._audit_outbox:
-                batch = self._audit_outbox[:MAX_EVENTS_PER_EXPORT]
-                del self._audit_outbox[:MAX_EVENTS_PER_EXPORT]
-                await self._export(batch)
+            await self._export(batch)
         finally:
             self._exporting = False
+            if self._audit_outbox and self._audit_due is None:  # what arrived meanwhile waits its turn
+                self._audit_due = workflow.now() + AUDIT_EXPORT_DELAY
 
     async def _export(self, events: list[AuditEvent]) -> None:
         await workflow.execute_activity(
@@ -856,7 +722,9 @@ class AdmissionWorkflow:
         task.add_done_callback(self._pending.discard)
 
     async def _settle_outbound(self) -> None:
-        while self._pending:
+        """Every outbound signal and audit event sent, before this run hands over."""
+        while self._pending or self._audit_outbox:
+            self._export_if_due(now=True)
             await asyncio.gather(*list(self._pending))
 
     def _should_continue_as_new(self) -> bool:
@@ -904,9 +772,3 @@ def carried_state(
         recent_audit_packed=codec.pack_json([event.model_dump(mode="json") for event in recent_audit]) if recent_audit else None,
         audit_chain=audit_chain,
     )
-
-
-def _requester_of(item: InboxItem) -> str:
-    """Who sent an inbox item ("" for an operator's policy change)."""
-    batch = item.submit or item.renew or item.release or item.cancel
-    return batch.requester if batch is not None else ""
