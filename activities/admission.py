@@ -14,8 +14,8 @@ from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
 
 from temporalio import activity
-from temporalio.client import Client, WithStartWorkflowOperation
-from temporalio.common import SearchAttributePair, TypedSearchAttributes, WorkflowIDConflictPolicy
+from temporalio.client import Client
+from temporalio.common import SearchAttributePair, TypedSearchAttributes
 from temporalio.service import RPCError, RPCStatusCode
 
 from activities.visibility import literal, quotable, runs_of
@@ -96,6 +96,14 @@ async def find_gone_requesters(client: Client, sweep: RequesterSweep) -> SweepRe
     return SweepResult(gone=sorted(candidates - running), next_closed_since=next_since)
 
 
+# How long a worker may hold one of the singleton's workflow tasks. A worker killed while holding
+# one holds its host group still for this long (Temporal's default is 10 s); a task is a decision
+# pass of milliseconds, and each activation stays under the SDK's 2 s deadlock detector (a pass
+# takes at most max_requests_per_pass, a continued run decodes its records in slices). Continue-
+# as-new keeps it.
+SINGLETON_TASK_TIMEOUT = timedelta(seconds=5)
+
+
 async def signal_with_start_admission(
     client: Client, task_queue: str, host_group: str, policy: AdmissionPolicy, signal: str, payload: object,
     *, search_attributes: bool = False, **limits: int | None,
@@ -109,6 +117,7 @@ async def signal_with_start_admission(
         task_queue=task_queue,
         start_signal=signal,
         start_signal_args=[payload],
+        task_timeout=SINGLETON_TASK_TIMEOUT,
         search_attributes=_attributes(host_group, search_attributes),
         static_summary=_summary(host_group),
     )
@@ -126,6 +135,7 @@ async def set_policy_with_start(
         task_queue=task_queue,
         start_signal="set_policy",
         start_signal_args=[change],
+        task_timeout=SINGLETON_TASK_TIMEOUT,
         search_attributes=_attributes(host_group, search_attributes),
         static_summary=_summary(host_group),
     )

@@ -33,7 +33,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import random
-import statistics
 import sys
 import tempfile
 import time
@@ -171,6 +170,15 @@ class Storm:
         held = sum((s.gave_back or self.ended) - s.admitted - overlap(s.admitted, s.gave_back or self.ended, down)
                    for s in admitted)  # type: ignore[operator]
         busy = held / (self.slots * max(1e-9, window - down_in))
+        # The same, leaving out instead each outage a kill caused: from the kill to the first
+        # admission after it (the worker's restart, then the dead worker's sticky and started tasks
+        # timing out: worker.worker.STICKY_SCHEDULE_TO_START, activities.admission.SINGLETON_TASK_TIMEOUT).
+        admitted_at = sorted(s.admitted for s in admitted)  # type: ignore[type-var]
+        stalls = [next((t for t in admitted_at if t > killed), self.ended) - killed for killed, _ in down]
+        outages = [(killed, killed + stall) for (killed, _), stall in zip(down, stalls)]
+        held_out = sum((s.gave_back or self.ended) - s.admitted - overlap(s.admitted, s.gave_back or self.ended, outages)
+                       for s in admitted)  # type: ignore[operator]
+        busy_out = held_out / (self.slots * max(1e-9, window - overlap(self.began, self.ended, outages)))
         clear = lambda a, b: overlap(a, b, down) == 0  # noqa: E731  (a call that no restart touched)
         answers = [s.first_answer - s.began for s in self.seen if s.first_answer is not None and clear(s.began, s.first_answer)]
         backs = [s.confirmed - s.gave_back for s in self.seen if s.confirmed is not None and clear(s.gave_back, s.confirmed)]  # type: ignore[operator]
@@ -189,11 +197,13 @@ class Storm:
             "requests / admitted / refused": f"{len(self.seen)} / {len(admitted)} / {sum(1 for s in self.seen if s.error)}",
             "admissions per second": f"{len(admitted) / window:.1f} over {window:.0f} s ({down_in:.1f} s of it with the worker down)",
             BUSY: f"{busy:.0%}",
+            **({"slots busy (each kill's outage left out)": f"{busy_out:.0%}"} if down else {}),
             "most leases held at once (holders' view)": f"{getattr(self, 'peak', '?')} of {self.slots}",
             "start -> first decision (outside restarts)": ms(answers) + f"  ({len(answers)} calls)",
             "give-back -> confirmed (outside restarts)": ms(backs) + f"  ({len(backs)} calls)",
             "a freed slot idle until its next holder hears": ms(gaps) + f"  ({len(gaps)} hand-overs)",
             "requests never answered": str(len(unanswered)),
+            **({"from a worker kill to the next admission": ", ".join(f"{x:.1f} s" for x in stalls)} if stalls else {}),
         }
 
     # --- what the server kept -------------------------------------------------------------------
@@ -252,6 +262,15 @@ class TaskTrouble:
                 f"(UnhandledCommand, retried at once), {self.timed_out} timed out")
 
 
+def most_held(events) -> int:  # noqa: ANN001  (AuditEvent, from the audit store)
+    """The most leases held at once by the singleton's own record: its audit trail, in order."""
+    held = peak = 0
+    for event in events:
+        held += (event.to_state == "admitted") - (event.from_state == "admitted")
+        peak = max(peak, held)
+    return peak
+
+
 async def task_trouble(client: Client, query: str) -> TaskTrouble:
     trouble = TaskTrouble()
     async for execution in client.list_workflows(query):
@@ -269,6 +288,35 @@ async def task_trouble(client: Client, query: str) -> TaskTrouble:
             elif event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_TIMED_OUT:
                 trouble.timed_out += 1
     return trouble
+
+
+def audited_quota(stack, host_group: str, slots: int, figures: dict[str, str]) -> list[str]:  # noqa: ANN001
+    """The quota checked against the audit store the worker wrote (every event, across runs)."""
+    from activities.audit_store import AuditStore
+    from worker.config import WorkerConfig
+
+    events = AuditStore(WorkerConfig(data_dir=stack.root / "worker-data").audit_db).events(host_group)
+    peak = most_held(events)
+    figures["most leases held at once (audit store)"] = f"{peak} of {slots} ({len(events)} audit events)"
+    return [f"the audit trail shows {peak} leases held at once, over the {slots} slots"] if peak > slots else []
+
+
+async def save_killed_runs(client: Client, host_group: str, folder: Path, *, most: int = 2) -> None:
+    """The singleton's runs in which a worker died holding a task (a task timed out), the last
+    `most` of them, as tests/histories keeps histories (stack traces emptied)."""
+    import json
+
+    from tests.record_histories import without_stack_traces
+
+    killed = []
+    async for execution in client.list_workflows(f"WorkflowId = '{admission_workflow_id(host_group)}'"):
+        history = await client.get_workflow_handle(execution.id, run_id=execution.run_id).fetch_history()
+        if any(event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_TIMED_OUT for event in history.events):
+            killed.append((execution.start_time, history))
+    for index, (_, history) in enumerate(sorted(killed, key=lambda pair: pair[0])[-most:], start=1):
+        path = folder / f"admission-storm-killed-run{index}.json"
+        path.write_text(json.dumps(without_stack_traces(json.loads(history.to_json())), indent=1) + "\n")
+        print(f"saved {path} ({len(history.events)} events)")
 
 
 async def kill_on_schedule(stack, every: float, until: float, down: list[tuple[float, float]], log) -> int:  # noqa: ANN001
@@ -309,6 +357,9 @@ async def one_run(args: argparse.Namespace, scratch: Path, seed: int) -> tuple[d
         violations = storm.violations()
         figures = {"worker SIGKILLs": str(kills), **storm.figures(down)}
         server, kept = await storm.server_violations(within=60)
+        server += audited_quota(stack, host_group, args.slots, kept)
+        if args.save_histories:
+            await save_killed_runs(stack.client, host_group, Path(args.save_histories))
         if args.pause:
             print(f"paused: the stack is at {stack.temporal_address}; press Enter to stop it", flush=True)
             await asyncio.to_thread(sys.stdin.readline)
@@ -359,5 +410,7 @@ if __name__ == "__main__":
     parser.add_argument("--seed", type=int)
     parser.add_argument("--scratch", help="directory for logs and databases (default: a temporary one, removed)")
     parser.add_argument("--keep", action="store_true")
+    parser.add_argument("--save-histories", metavar="DIR",
+                        help="write the singleton's runs in which a worker was killed to DIR (tests/histories records them)")
     parser.add_argument("--pause", action="store_true", help="keep the stack up after a run until Enter (to look at it)")
     sys.exit(asyncio.run(main(parser.parse_args())))

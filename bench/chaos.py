@@ -20,6 +20,12 @@ Scenarios (all by default, in this order):
   lease-expiry     every worker down for longer than the lease TTL (a 6 s policy) while children run;
                    then the workers come back: the leases must be found expired, the runtime tasks
                    stopped and the children ended
+  holder-chaos     holders that are not workflows (bench/admission_storm.py's, 40 of them; --quick
+                   10) share a host group of 4 slots with a mission, reaching Temporal through a TCP
+                   proxy that resets connections and adds latency, while a worker is SIGKILLed every
+                   15 s and the Temporal server once; checked from what every holder saw and from
+                   the server: the quota, revisions, nothing admitted after a give-back, every
+                   request ended, no lease left, no failed workflow task of the singleton or a holder
 
 Every child is a one-shot command that first appends its shell's pid to a file of its own in the
 scratch directory, so a second run of the command shows even where the substrate's rows would not.
@@ -81,7 +87,7 @@ NAMESPACE = "default"
 TASK_QUEUE = "chaos"
 INSTANCES = 4
 FAULTPROXY = Path(__file__).resolve().with_name("faultproxy.py")
-SCENARIOS = ("worker-kill", "temporal-kill", "substrate-kill", "fault-proxy", "lease-expiry")
+SCENARIOS = ("worker-kill", "temporal-kill", "substrate-kill", "fault-proxy", "lease-expiry", "holder-chaos")
 # What the substrate's tasks table calls a task that still runs.
 ACTIVE_TASK_STATES = ("submitted", "working", "input-required", "auth-required")
 RUNNING = WorkflowExecutionStatus.RUNNING
@@ -894,6 +900,65 @@ async def lease_expiry(stack: Stack, control: MissionControl, s: Settings, repor
                        fail_closed_child_states=frozenset({"unknown", "cancelled", "timed-out"}))
 
 
+HOLDER_SLOTS = 4
+HOLDER_POLICY = AdmissionPolicy(max_concurrent=HOLDER_SLOTS, runtime_quotas={"host": HOLDER_SLOTS}, lease_ttl_seconds=30)
+
+
+async def holder_chaos(stack: Stack, control: MissionControl, s: Settings, report: Report) -> Expectation:
+    from bench.admission_storm import Storm, audited_quota  # the holders' storm and its checks
+
+    report.missions = plan("holder-chaos", s.count(2, 1), s.width(2, 2), 1)
+    host_group = report.missions[0].host_group
+    window = s.pick(90, 16)
+    assert stack.client is not None
+    await retrying(lambda: set_policy(stack.client, host_group), 30, "the host group's policy")  # type: ignore[arg-type]
+    tcp = ["--mode", "tcp", "--drop", "0.05", "--reset", str(s.pick(0.3, 0.1)), "--reset-after", "5", "--latency-ms", "0:10",
+           "--seed", str(s.rng.randrange(1 << 30))]
+    proxy = await stack.start_proxy("holder-proxy", stack.temporal_address, *tcp, max_seconds=window + 120)
+    holders = await retrying(lambda: Client.connect(proxy, namespace=NAMESPACE, data_converter=DATA_CONVERTER), 30, "the proxy")
+    storm = Storm(holders, host_group, holders=int(s.pick(40, 10)), slots=HOLDER_SLOTS, hold=(0.05, 0.4), seconds=window,  # type: ignore[arg-type]
+                  rng=random.Random(s.rng.randrange(1 << 30)), tag="hc")
+    storming = asyncio.ensure_future(storm.run())
+    await start_spread(control, stack, report.missions, window * 0.3)
+    kills = 0
+    restarted = False
+    deadline = time.monotonic() + window
+    while time.monotonic() < deadline - s.pick(15, 4):
+        await asyncio.sleep(s.pick(15, 4))
+        if not restarted and time.monotonic() > deadline - window / 2:
+            stack.temporal.kill()
+            down = s.rng.uniform(1, 3)
+            log(f"SIGKILLed the Temporal server under the holders; down for {down:.1f} s")
+            await asyncio.sleep(down)
+            await stack.start_temporal()
+            report.chaos.append(f"the Temporal server SIGKILLed once mid-storm, down {down:.1f} s")
+            restarted = True
+            continue
+        victim = stack.workers[kills % len(stack.workers)]
+        victim.kill()
+        kills += 1
+        log(f"SIGKILLed {victim.name} under the holders")
+        await stack.start_worker(victim)
+    await storming
+    report.chaos.append(f"{storm.holders} holders on {HOLDER_SLOTS} slots for {window:.0f} s through a TCP proxy "
+                        f"(5% of connections reset at accept, some after 1-5 s, 0-10 ms latency); {kills} worker SIGKILLs")
+    for violation in storm.violations():
+        report.violate(violation)
+    problems, kept = await storm.server_violations(within=s.pick(90, 30))
+    for violation in problems + audited_quota(stack, host_group, HOLDER_SLOTS, kept):
+        report.violate(violation)
+    report.figures.update({key: value for key, value in storm.figures([]).items() if "outside restarts" not in key})
+    report.figures.update(kept)
+    return COMPLETE
+
+
+async def set_policy(client: Client, host_group: str) -> None:
+    from activities.admission import set_policy_with_start
+    from workflows.admission.messages import PolicyChange
+
+    await set_policy_with_start(client, TASK_QUEUE, host_group, PolicyChange(operator="chaos", policy=HOLDER_POLICY))
+
+
 def stack_ttl(s: Settings) -> float:
     return 6.0
 
@@ -937,6 +1002,7 @@ SCENARIO_FUNCS = {
     "substrate-kill": (substrate_kill, "the substrate SIGKILLed mid-mission, restarted on its database"),
     "fault-proxy": (fault_proxy, "503s and cut connections to the substrate, resets and latency to Temporal"),
     "lease-expiry": (lease_expiry, "every worker down for longer than the lease TTL while children run"),
+    "holder-chaos": (holder_chaos, "holders and a mission on 4 slots: workers and Temporal killed, a faulty proxy"),
 }
 
 

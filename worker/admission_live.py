@@ -110,7 +110,7 @@ class LiveAdmission:
         """A query that fails on a stuck singleton says that it is stuck, and why (worker/stuck.py)."""
         try:
             found = await stuck(self.client, admission_workflow_id(self.host_group))
-        except RPCError:
+        except Exception:  # the look is a courtesy: the query's own error still says what failed
             return error
         return error if found is None else LiveError(found.line(f"the admission workflow for host group {self.host_group}"))
 

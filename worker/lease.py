@@ -29,7 +29,7 @@ from collections.abc import AsyncIterator, Callable
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
-from temporalio.service import RPCError
+from temporalio.service import RPCError, RPCStatusCode
 
 from worker.connection import server_busy, transport_failure
 from workflows.admission.holder_workflow import LIVE_STATES
@@ -113,8 +113,10 @@ class HostGroupWatch:
                 else:
                     await asyncio.sleep(RETRY_SECONDS)  # the chain ended: a host group made again starts anew
                     run_id, seen = None, 0
-            except RPCError as error:
-                if not _transient(error):
+            except RPCError as error:  # unreachable for a while, or no such host group (yet): ask again
+                if error.status == RPCStatusCode.NOT_FOUND:
+                    run_id, seen = None, 0
+                elif not _transient(error):
                     raise
                 await asyncio.sleep(RETRY_SECONDS)
 
@@ -258,7 +260,8 @@ class HeldLease:
             loop = asyncio.get_running_loop()
             with contextlib.suppress(RPCError, asyncio.TimeoutError):
                 await self._signal_singleton(name, batch, until=loop.time() + RELEASE_SECONDS)
-                await asyncio.wait_for(self._confirmed(), RELEASE_SECONDS)
+                if self._follower is not None:  # else nothing would hear the confirmation
+                    await asyncio.wait_for(self._confirmed(), RELEASE_SECONDS)
         finally:
             self._close()
 

@@ -83,9 +83,36 @@ PRODUCTION_WORKFLOW_RUNNER = UnsandboxedWorkflowRunner()
 # gives the task to any worker (which replays the history). A worker that stops cleanly says so at
 # once; one SIGKILLed cannot, and every workflow it had cached waits this long: the admission
 # singleton of every host group it ran, with all its holders and missions. The SDK's 10 s made each
-# crash a 10 s stop of every host group (bench/admission_storm.py --kill-every 15); 3 s keeps a slow
-# but living worker's tasks its own (a cached task is seconds cheaper than a replay).
-STICKY_SCHEDULE_TO_START = timedelta(seconds=3)
+# crash a 10 s stop of every host group (bench/admission_storm.py --kill-every 15); 2 s still keeps
+# a slow but living worker's tasks its own (a cached task is cheaper than a replay).
+STICKY_SCHEDULE_TO_START = timedelta(seconds=2)
+
+
+async def take_over_singletons(client: Client, task_queue: str) -> int:
+    """Send the next task of every admission singleton on `task_queue` to any worker rather than the
+    one that ran it last (ResetStickyTaskQueue). A starting worker does this because the worker
+    before it may have died with them cached: a SIGKILLed worker cannot give its sticky queue back,
+    and until STICKY_SCHEDULE_TO_START passes every host group it ran would decide nothing. A living
+    worker that had one cached replays it once. Returns how many singletons it reset."""
+    from temporalio.api.common.v1 import WorkflowExecution
+    from temporalio.api.workflowservice.v1 import ResetStickyTaskQueueRequest
+    from temporalio.service import RPCError
+
+    from activities.visibility import literal
+    from workflows.admission.messages import ADMISSION_WORKFLOW
+
+    reset = 0
+    query = (f"WorkflowType = {literal(ADMISSION_WORKFLOW)} AND ExecutionStatus = 'Running' "
+             f"AND TaskQueue = {literal(task_queue)}")
+    async for execution in client.list_workflows(query):
+        try:
+            await client.workflow_service.reset_sticky_task_queue(ResetStickyTaskQueueRequest(
+                namespace=client.namespace, execution=WorkflowExecution(workflow_id=execution.id, run_id=execution.run_id),
+            ))
+            reset += 1
+        except RPCError:
+            pass  # closed meanwhile, or its sticky queue is already gone
+    return reset
 
 
 def build_worker(

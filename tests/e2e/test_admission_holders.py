@@ -18,7 +18,6 @@ import signal
 import subprocess
 from pathlib import Path
 
-import pytest
 from temporalio.client import Client
 
 from activities.admission import set_policy_with_start

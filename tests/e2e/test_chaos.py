@@ -43,7 +43,7 @@ def _ours(scratch: Path) -> dict[int, str]:
     return found
 
 
-@pytest.mark.parametrize("scenario", ["worker-kill", "temporal-kill", "fault-proxy", "lease-expiry"])
+@pytest.mark.parametrize("scenario", ["worker-kill", "temporal-kill", "fault-proxy", "lease-expiry", "holder-chaos"])
 def test_chaos_scenario_keeps_every_invariant(scenario: str, tmp_path: Path) -> None:
     command = [sys.executable, str(CHAOS), "--quick", "--scenario", scenario, "--seed", SEED, "--scratch", str(tmp_path)]
     process = subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)

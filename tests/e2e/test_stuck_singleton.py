@@ -16,6 +16,8 @@ import json
 import uuid
 from typing import Any
 
+import httpx
+
 from temporalio import workflow
 from temporalio.client import Client
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker
@@ -26,6 +28,8 @@ from tests.support.processes import eventually
 from worker.binaries import temporal_cli
 from worker.config import WorkerConfig
 from worker.lease import acquire
+from worker.metrics import metrics_runtime
+from worker.ports import free_port
 from worker.stuck import stuck
 from worker.worker import build_worker
 from workflows.admission.holders import HeldRequest
@@ -66,8 +70,11 @@ async def test_a_broken_singleton_shows_stuck_and_comes_back_with_nothing_lost(d
 
         await eventually(queued, "one lease held and one request queued")
 
-    # A worker whose code cannot run the singleton takes its next task: every attempt fails.
-    async with Worker(dev_client, task_queue=config.task_queue, workflows=[BrokenAdmission],
+    # A worker whose code cannot run the singleton takes its next task: every attempt fails. It
+    # serves Prometheus metrics as `conductor worker --metrics-address` does.
+    metrics = f"127.0.0.1:{free_port('127.0.0.1')}"
+    broken_client = await Client.connect(dev_client.service_client.config.target_host, runtime=metrics_runtime(metrics))
+    async with Worker(broken_client, task_queue=config.task_queue, workflows=[BrokenAdmission],
                       workflow_runner=UnsandboxedWorkflowRunner()):
         await singleton.signal("renew", RenewBatch(requester=held.requester, everything=True))  # news: a task
 
@@ -83,6 +90,12 @@ async def test_a_broken_singleton_shows_stuck_and_comes_back_with_nothing_lost(d
         assert row["stuck"]["attempts"] >= 3 and "broken on purpose" in row["stuck"]["failure"], row
         code, out, err = await run_process(*conductor_command(), "admission", "usage", "--host-group", host_group, env=env)
         assert code == 1 and err.count("\n") == 1 and "is stuck" in err and "broken on purpose" in err, (code, err)
+        # What the alert rules of docs/operations.md read.
+        async with httpx.AsyncClient() as http:
+            text = (await http.get(f"http://{metrics}/metrics")).text
+        failed = [line for line in text.splitlines()
+                  if line.startswith("temporal_workflow_task_execution_failed") and 'workflow_type="AdmissionWorkflow"' in line]
+        assert failed and float(failed[0].rsplit(" ", 1)[1]) >= 2, [line for line in text.splitlines() if "workflow_task" in line]
 
     # The right code again: the pending task passes on its next attempt, and nothing was lost.
     async with build_worker(dev_client, config):

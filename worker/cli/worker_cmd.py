@@ -24,7 +24,7 @@ from worker.connection import ConnectionSettingError, connect_options, connect_p
 from worker.metrics import MetricsSettingError, metrics_address, metrics_runtime
 from worker import search_attributes
 from worker.signals import stop_requested
-from worker.worker import build_worker
+from worker.worker import build_worker, take_over_singletons
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -122,6 +122,10 @@ async def _serve(config: WorkerConfig, profile: str | None, metrics: str | None 
             print(f"conductor worker: warning: substrate activities will fail: {error}", file=sys.stderr)
         config.data_dir.mkdir(parents=True, exist_ok=True)
         async with build_worker(client, config):
+            try:
+                await take_over_singletons(client, config.task_queue)
+            except Exception as error:  # visibility unavailable, say: the sticky timeout still applies
+                print(f"conductor worker: warning: could not take over the admission singletons at once: {error}", file=sys.stderr)
             print(
                 f"conductor worker: polling task queue {config.task_queue} on {options['target_host']} "
                 f"(namespace {options['namespace']}); substrate {config.fleet_url}; data {config.data_dir}"

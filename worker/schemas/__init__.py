@@ -17,7 +17,7 @@ from typing import Any
 
 from pydantic import BaseModel, TypeAdapter
 
-from workflows.admission.holders import HolderDecisionQuery, HolderInput
+from workflows.admission.holders import HolderDecisionQuery, HolderInput, HolderSubmit
 from workflows.admission.messages import (
     AdmissionDecision,
     AdmissionWorkflowInput,
@@ -98,6 +98,8 @@ SCHEMAS: tuple[Schema, ...] = (
     # singleton's signals they send
     Schema("holder-input", "AdmissionHolder input",
            "AdmissionHolder's one argument: the host group, the holder's name and its request.", HolderInput),
+    Schema("holder-submit", "HolderSubmit",
+           "The one argument of AdmissionWorkflow's `hold` signal: a holder's request under its holder workflow.", HolderSubmit),
     Schema("holder-decision-query", "HolderDecisionQuery",
            "The one argument of AdmissionWorkflow's `holder_decision` query.", HolderDecisionQuery),
     Schema("renew-batch", "RenewBatch",

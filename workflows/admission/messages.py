@@ -160,6 +160,9 @@ class CarriedState(_Message):
     # The last audit events (for the audit query), packed like the inbox: as plain JSON the 200
     # events a run keeps were about 45 KB, as much as 10,000 queued requests in format 3.
     recent_audit_packed: str | None = None
+    # Audit events no export had stored yet when the run handed over (an export in flight is not
+    # waited for), packed like the inbox: the next run exports them (the store ignores a repeat).
+    audit_outbox_packed: str | None = None
     audit_chain: str  # first run id of the chain: keys the audit store across continue-as-new
 
 

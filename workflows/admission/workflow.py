@@ -51,7 +51,6 @@ with workflow.unsafe.imports_passed_through():
         CarriedState,
         DecisionBatch,
         InboxItem,
-        LeaseRef,
         LeaseRow,
         PolicyChange,
         QueueRow,
@@ -137,13 +136,18 @@ class AdmissionWorkflow:
         self._by_requester: dict[str, set[str]] = defaultdict(set)
         if self._restore is None:
             self._index_requesters()
-        self._pending: set[asyncio.Task[None]] = set()
+        self._signalling: set[asyncio.Task[None]] = set()  # decisions on their way to requesters
+        self._background: set[asyncio.Task[None]] = set()  # an audit export, a requester sweep
         self._timer: asyncio.Task[None] | None = None
         self._timer_at: datetime | None = None
         self._timer_fired = False
+        # Audit events not known stored yet: those an earlier run left (carried) and, later, those of
+        # the passes; the batch of the export in flight is kept until it is stored.
         self._audit_outbox: list[AuditEvent] = []
-        self._audit_due: datetime | None = None  # when the oldest event in the outbox must leave
-        self._exporting = False
+        if carried is not None and carried.audit_outbox_packed is not None:
+            self._audit_outbox.extend(AuditEvent.model_validate(e) for e in codec.unpack_json(carried.audit_outbox_packed))  # type: ignore[union-attr]
+        self._audit_due: datetime | None = workflow.now() if self._audit_outbox else None  # when the oldest must leave
+        self._exporting: list[AuditEvent] = []
         self._handing_over = False  # continue-as-new is due and its one extra pass has begun
         self._gone_requesters: set[str] = set(carried.gone_requesters) if carried else set()
         # The requester sweep: where it reads visibility from, and when the next one is due.
@@ -428,7 +432,7 @@ class AdmissionWorkflow:
             return
         self._next_sweep_at = now + timedelta(seconds=every)
         self._sweeping = True
-        self._spawn(self._sweep(timedelta(seconds=every)))
+        self._in_background(self._sweep(timedelta(seconds=every)))
 
     async def _sweep(self, every: timedelta) -> None:
         try:
@@ -634,7 +638,7 @@ class AdmissionWorkflow:
                 error = errors.get((requester, request_id))
                 decisions.append(self._decision(requester, request_id, happened.get(request_id, []), error))
             batch = DecisionBatch(host_group=self._input.host_group, revision=self._state.revision, decisions=decisions)
-            self._spawn(self._signal_requester(requester, batch))
+            self._send(self._signal_requester(requester, batch))
 
     def _decision(
         self, requester: str, request_id: str, its_events: list[AuditEvent] = (), error: OpResult | None = None,
@@ -693,39 +697,43 @@ class AdmissionWorkflow:
         if self._exporting or not self._audit_outbox:
             return
         if now or len(self._audit_outbox) >= MAX_EVENTS_PER_EXPORT or workflow.now() >= self._audit_due:  # type: ignore[operator]
-            self._exporting = True
             self._audit_due = None
-            batch = self._audit_outbox[:MAX_EVENTS_PER_EXPORT]
+            self._exporting = self._audit_outbox[:MAX_EVENTS_PER_EXPORT]
             del self._audit_outbox[:MAX_EVENTS_PER_EXPORT]
-            self._spawn(self._export_batch(batch))
+            self._in_background(self._export_batch())
 
-    async def _export_batch(self, batch: list[AuditEvent]) -> None:
-        try:
-            await self._export(batch)
-        finally:
-            self._exporting = False
-            if self._audit_outbox and self._audit_due is None:  # what arrived meanwhile waits its turn
-                self._audit_due = workflow.now() + AUDIT_EXPORT_DELAY
+    async def _export_batch(self) -> None:
+        await self._export(self._exporting)
+        self._exporting = []
+        if self._audit_outbox and self._audit_due is None:  # what arrived meanwhile waits its turn
+            self._audit_due = workflow.now() + AUDIT_EXPORT_DELAY
 
     async def _export(self, events: list[AuditEvent]) -> None:
         await workflow.execute_activity(
             EXPORT_AUDIT_ACTIVITY,
             AuditExport(host_group=self._input.host_group, chain=self._audit_chain, events=events),
-            start_to_close_timeout=timedelta(seconds=30),
+            start_to_close_timeout=timedelta(seconds=10),  # a store write: milliseconds, unless its worker died
             retry_policy=RetryPolicy(initial_interval=timedelta(seconds=1), maximum_interval=timedelta(minutes=1)),
             summary=f"export {len(events)} audit events",
         )
 
-    def _spawn(self, awaitable) -> None:
-        task = asyncio.ensure_future(awaitable)
-        self._pending.add(task)
-        task.add_done_callback(self._pending.discard)
+    def _send(self, signal) -> None:
+        self._in_background(signal, self._signalling)
+
+    def _in_background(self, work, tasks: set[asyncio.Task[None]] | None = None) -> None:
+        tasks = self._background if tasks is None else tasks
+        task = asyncio.ensure_future(work)
+        tasks.add(task)
+        task.add_done_callback(tasks.discard)
 
     async def _settle_outbound(self) -> None:
-        """Every outbound signal and audit event sent, before this run hands over."""
-        while self._pending or self._audit_outbox:
-            self._export_if_due(now=True)
-            await asyncio.gather(*list(self._pending))
+        """Every decision delivered before this run hands over (the server does that, with no
+        worker: milliseconds). An audit export or a requester sweep in flight is not waited for: a
+        worker killed while running one would hold the host group still for the activity's timeout.
+        Their work goes to the next run (the unstored audit events carried, stored again harmlessly
+        if the export did land; the sweep from where the last one read)."""
+        while self._signalling:
+            await asyncio.gather(*list(self._signalling))
 
     def _should_continue_as_new(self) -> bool:
         info = workflow.info()
@@ -740,6 +748,9 @@ class AdmissionWorkflow:
             self._state, self._requesters, self._inbox, self._gone_requesters, list(self._recent), self._audit_chain,
         )
         carried.swept_from = self._swept_from
+        unstored = self._exporting + self._audit_outbox
+        if unstored:
+            carried.audit_outbox_packed = codec.pack_json([event.model_dump(mode="json") for event in unstored])
         return self._input.model_copy(update={"policy": self._state.policy, "carried": carried})
 
 
