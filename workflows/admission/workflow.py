@@ -2,8 +2,10 @@
 
 A thin shell around `workflows.admission.engine`. The workflow task is the
 serialisation boundary (the policy's "store transaction") and the history is
-the durable store. Signals only append to an inbox; the main loop drains the
-inbox through the engine in one pass, so a burst of signals becomes one batch
+the durable store. Everything comes in by signal (missions, workloads, holders'
+AdmissionHolder workflows, operators' policy changes; it takes no update: see
+docs/admission-api.md, "Why no updates"). Signals only append to an inbox; the
+main loop drains the inbox through the engine in one pass, so a burst of signals becomes one batch
 of decisions, one `admission_decided` signal per requester and one audit export.
 A pass takes at most `max_requests_per_pass` requests (a larger burst is decided
 in several passes, each in a workflow task of its own), and requester renewals
@@ -19,8 +21,8 @@ any signal wakes it early.
 Every command costs history events, and events are what a busy singleton spends
 its time on. So the timer stands across passes and is only
 replaced when the wake-up moves earlier (a timer that fires early just runs an
-empty pass), and at most one audit export is in flight: events produced while
-it runs wait and leave together in the next one.
+empty pass), and at most one audit export is in flight: events wait up to a
+second and leave together.
 """
 
 from __future__ import annotations
