@@ -140,16 +140,20 @@ class Storm:
 
     # --- what the clients saw -------------------------------------------------------------------
 
-    def violations(self) -> list[str]:
-        found = []
+    def peak(self) -> int:
+        """The most leases held at once by what the holders saw (from hearing an admission to
+        sending the give-back: within what the singleton counted)."""
         changes = sorted([(s.admitted, 1) for s in self.seen if s.admitted is not None]
                          + [(s.gave_back, -1) for s in self.seen if s.gave_back is not None])
-        held = peak = 0
+        held = most = 0
         for _, step in changes:
             held += step
-            peak = max(peak, held)
-        self.peak = peak
-        if peak > self.slots:
+            most = max(most, held)
+        return most
+
+    def violations(self) -> list[str]:
+        found = []
+        if (peak := self.peak()) > self.slots:
             found.append(f"{peak} leases held at once by what the holders saw, over the {self.slots} slots")
         for seen in self.seen:
             revisions = [d.revision for _, d in seen.heard]
@@ -163,26 +167,24 @@ class Storm:
                     found.append(f"{seen.request_id}: admitted again (revision {late[0].revision}) after its holder gave it back")
         return found
 
+    def _busy(self, left_out: list[tuple[float, float]]) -> float:
+        """Leases held over slots x time, leaving out the spans `left_out`."""
+        held = sum((s.gave_back or self.ended) - s.admitted - overlap(s.admitted, s.gave_back or self.ended, left_out)  # type: ignore[operator]
+                   for s in self.seen if s.admitted is not None)
+        return held / (self.slots * max(1e-9, self.ended - self.began - overlap(self.began, self.ended, left_out)))
+
     def figures(self, down: list[tuple[float, float]]) -> dict[str, str]:
+        """`down`: the spans the worker was down (from its kill to its restart's first poll)."""
         window = self.ended - self.began
-        down_in = overlap(self.began, self.ended, down)
         admitted = [s for s in self.seen if s.admitted is not None]
-        held = sum((s.gave_back or self.ended) - s.admitted - overlap(s.admitted, s.gave_back or self.ended, down)
-                   for s in admitted)  # type: ignore[operator]
-        busy = held / (self.slots * max(1e-9, window - down_in))
-        # The same, leaving out instead each outage a kill caused: from the kill to the first
-        # admission after it (the worker's restart, then the dead worker's sticky and started tasks
-        # timing out: worker.worker.STICKY_SCHEDULE_TO_START, activities.admission.SINGLETON_TASK_TIMEOUT).
+        # Each kill's whole outage: from the kill to the first admission after it (the restart, then
+        # the dead worker's tasks timing out: worker.worker.STICKY_SCHEDULE_TO_START for one it had
+        # not started, activities.admission.SINGLETON_TASK_TIMEOUT for one it had).
         admitted_at = sorted(s.admitted for s in admitted)  # type: ignore[type-var]
-        stalls = [next((t for t in admitted_at if t > killed), self.ended) - killed for killed, _ in down]
-        outages = [(killed, killed + stall) for (killed, _), stall in zip(down, stalls)]
-        held_out = sum((s.gave_back or self.ended) - s.admitted - overlap(s.admitted, s.gave_back or self.ended, outages)
-                       for s in admitted)  # type: ignore[operator]
-        busy_out = held_out / (self.slots * max(1e-9, window - overlap(self.began, self.ended, outages)))
+        outages = [(killed, next((t for t in admitted_at if t > killed), self.ended)) for killed, _ in down]
         clear = lambda a, b: overlap(a, b, down) == 0  # noqa: E731  (a call that no restart touched)
         answers = [s.first_answer - s.began for s in self.seen if s.first_answer is not None and clear(s.began, s.first_answer)]
         backs = [s.confirmed - s.gave_back for s in self.seen if s.confirmed is not None and clear(s.gave_back, s.confirmed)]  # type: ignore[operator]
-        unanswered = [s for s in self.seen if s.first_answer is None and s.error is None]
         # How long a freed slot stayed idle: from a give-back to the next admission heard of a request
         # that was queued by then (a slot handed over), outside restarts.
         backs_at = sorted(s.gave_back for s in self.seen if s.gave_back is not None)
@@ -193,18 +195,21 @@ class Storm:
                 if before and clear(before[-1], s.admitted):
                     gaps.append(s.admitted - before[-1])  # type: ignore[operator]
         ms = lambda xs: f"p50 {percentile(xs, 0.5) * 1000:6.0f} ms, p99 {percentile(xs, 0.99) * 1000:6.0f} ms, max {max(xs, default=float('nan')) * 1000:6.0f} ms"  # noqa: E731
-        return {
+        figures = {
             "requests / admitted / refused": f"{len(self.seen)} / {len(admitted)} / {sum(1 for s in self.seen if s.error)}",
-            "admissions per second": f"{len(admitted) / window:.1f} over {window:.0f} s ({down_in:.1f} s of it with the worker down)",
-            BUSY: f"{busy:.0%}",
-            **({"slots busy (each kill's outage left out)": f"{busy_out:.0%}"} if down else {}),
-            "most leases held at once (holders' view)": f"{getattr(self, 'peak', '?')} of {self.slots}",
+            "admissions per second": f"{len(admitted) / window:.1f} over {window:.0f} s "
+                                     f"({overlap(self.began, self.ended, down):.1f} s of it with the worker down)",
+            BUSY: f"{self._busy(down):.0%}",
+            "most leases held at once (holders' view)": f"{self.peak()} of {self.slots}",
             "start -> first decision (outside restarts)": ms(answers) + f"  ({len(answers)} calls)",
             "give-back -> confirmed (outside restarts)": ms(backs) + f"  ({len(backs)} calls)",
             "a freed slot idle until its next holder hears": ms(gaps) + f"  ({len(gaps)} hand-overs)",
-            "requests never answered": str(len(unanswered)),
-            **({"from a worker kill to the next admission": ", ".join(f"{x:.1f} s" for x in stalls)} if stalls else {}),
+            "requests never answered": str(sum(1 for s in self.seen if s.first_answer is None and s.error is None)),
         }
+        if outages:
+            figures["slots busy (each kill's outage left out)"] = f"{self._busy(outages):.0%}"
+            figures["from a worker kill to the next admission"] = ", ".join(f"{b - a:.1f} s" for a, b in outages)
+        return figures
 
     # --- what the server kept -------------------------------------------------------------------
 

@@ -18,6 +18,7 @@ from workflows.admission.holder_workflow import NO_SUCH_HOST_GROUP, SUBMIT_GRACE
 from workflows.admission.holders import HOLDER_WORKFLOW, HeldRequest, HolderInput, holder_workflow_id
 from workflows.admission.messages import DECISION_SIGNAL, AdmissionDecision, DecisionBatch, LeaseRow, PolicyChange, ReleaseBatch
 from workflows.admission.model import AdmissionPolicy, AuditEvent
+from workflows.inbound import Refusal
 
 POLICY = AdmissionPolicy(max_concurrent=1, runtime_quotas={"host": 1}, lease_ttl_seconds=3600)
 
@@ -69,6 +70,14 @@ async def test_a_holder_workflow_submits_hears_and_closes_with_its_last_decision
         await h.admission.signal("release", ReleaseBatch(requester=first.id, request_ids=["first"]))
         assert (await first.result()).state == "released"
         await h.until_leased("second")
+        # A client's bad decision batch is refused and kept; the holder workflow goes on.
+        await second.signal(DECISION_SIGNAL, {"host_group": h.host_group, "decisionz": []})
+
+        async def refused() -> list[Refusal] | None:
+            return await second.query("refusals", result_type=list[Refusal]) or None
+
+        [refusal] = await h.eventually(refused, "the bad decision batch refused")
+        assert refusal.signal == DECISION_SIGNAL and "decisionz" in refusal.reason, refusal
         await h.admission.signal("release", ReleaseBatch(requester=second.id, request_ids=["second"]))
         assert (await second.result()).state == "released"
         audit = await h.query("audit", 50, result_type=list[AuditEvent])
