@@ -707,8 +707,12 @@ class AdmissionWorkflow:
     async def _export_batch(self) -> None:
         await self._export(self._exporting)
         self._exporting = []
-        if self._audit_outbox and self._audit_due is None:  # what arrived meanwhile waits its turn
+        if not self._audit_outbox:
+            return
+        # What arrived meanwhile leaves when it is due, whether or not other news wakes the loop by then.
+        if self._audit_due is None:
             self._audit_due = workflow.now() + AUDIT_EXPORT_DELAY
+        self._arm_timer(max(self._audit_due, workflow.now() + timedelta(milliseconds=1)))
 
     async def _export(self, events: list[AuditEvent]) -> None:
         await workflow.execute_activity(
