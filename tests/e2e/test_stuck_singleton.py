@@ -5,8 +5,9 @@ A failing workflow task leaves a workflow `Running` while the server retries the
 shows by itself. The test breaks a host group's singleton on purpose, the way a bad deploy or a
 replay fault of the SDK does (every task of it fails), and checks what an operator sees
 (`conductor admission host-groups` and `usage` say STUCK with the failure's first line), then
-brings it back by deploying the right code and resets it to its last task as the runbook says:
-the held lease and the queued request are there throughout.
+brings it back by deploying the right code (the held lease and the queued request are there, and
+the queued one is admitted once the other is given back), then resets it to its last task as the
+runbook says (the lease is still held).
 """
 
 from __future__ import annotations
@@ -102,15 +103,19 @@ async def test_a_broken_singleton_shows_stuck_and_comes_back_with_nothing_lost(d
         async def recovered() -> bool:
             return await stuck(dev_client, singleton.id) is None and await leases_and_queue() == (["held"], ["waiting"])
 
-        await eventually(recovered, "the singleton deciding again, its lease and queue as they were", within=60)
+        await eventually(recovered, "the singleton with its lease and queue as they were", within=60)
+        await held.give_back()  # and it decides again: the queued request is admitted
+        lease = await asyncio.wait_for(waiting, 60)
+        assert lease.decision.state == "admitted"
 
         # The runbook's step for a task that cannot be replayed: reset to the last good task. Every
         # input of the singleton is a signal, and the server applies again those after the reset point.
         code, out, err = await run_process(temporal_cli(), "workflow", "reset", "--workflow-id", singleton.id,
                                            "--type", "LastWorkflowTask", "--reason", "tests: the runbook's reset", env=env)
         assert code == 0, out + err
-        await eventually(recovered, "the reset singleton with its lease and queue as they were", within=60)
-        await held.give_back()
-        lease = await asyncio.wait_for(waiting, 30)
-        assert lease.decision.state == "admitted"
+
+        async def kept() -> bool:
+            return await stuck(dev_client, singleton.id) is None and await leases_and_queue() == (["waiting"], [])
+
+        await eventually(kept, "the reset singleton with the lease it held", within=60)
         await lease.give_back()
