@@ -33,6 +33,7 @@ from worker.metrics import metrics_runtime
 from worker.ports import free_port
 from worker.stuck import stuck
 from worker.worker import build_worker
+from workflows.admission.holder_workflow import AdmissionHolderWorkflow
 from workflows.admission.holders import HeldRequest
 from workflows.admission.messages import ADMISSION_WORKFLOW, LeaseRow, PolicyChange, QueueRow, RenewBatch, admission_workflow_id
 from workflows.admission.model import AdmissionPolicy
@@ -75,7 +76,8 @@ async def test_a_broken_singleton_shows_stuck_and_comes_back_with_nothing_lost(d
     # serves Prometheus metrics as `conductor worker --metrics-address` does.
     metrics = f"127.0.0.1:{free_port('127.0.0.1')}"
     broken_client = await Client.connect(dev_client.service_client.config.target_host, runtime=metrics_runtime(metrics))
-    async with Worker(broken_client, task_queue=config.task_queue, workflows=[BrokenAdmission],
+    # (The holder workflows run as ever: it is the singleton's code that a bad deploy broke.)
+    async with Worker(broken_client, task_queue=config.task_queue, workflows=[BrokenAdmission, AdmissionHolderWorkflow],
                       workflow_runner=UnsandboxedWorkflowRunner()):
         await singleton.signal("renew", RenewBatch(requester=held.requester, everything=True))  # news: a task
 
