@@ -5,7 +5,7 @@ Not part of the test-suite (tests/engine/test_admission_carried_state.py asserts
 
 Bytes are those of the JSON payload the pydantic data converter produces for the real
 `AdmissionWorkflowInput` (what the server stores and limits to 2 MB; the Python SDK warns from
-512 KB), built by `workflows.admission.workflow.carried_state` (now) and, as the baseline, by the
+512 KB), built by `workflows.admission.singleton.SingletonState.carry` (now) and, as the baseline, by the
 same state in format 2 with the requester map packed beside it and the last 200 audit events as
 plain JSON (what runs carried before). Both
 from one engine state in this process, so the ratio is exact: sizes, not timings, are not noisy.
@@ -56,7 +56,7 @@ class CarriedSize(BaseModel):
     leases: int
     shape: str
     before: int  # bytes of the input in format 2 (+ requesters_packed)
-    now: int  # bytes of the input as carried_state builds it
+    now: int  # bytes of the input as SingletonState.carry builds it
 
     @property
     def ratio(self) -> float:
@@ -145,7 +145,7 @@ def format_2(state: engine.EngineState) -> str:
 
 
 def before_bytes(held: Held) -> int:
-    """The input `carried_state` built before format 3: format-2 rows, the requester map packed
+    """The input the carry built before format 3: format-2 rows, the requester map packed
     beside, the recent audit events as plain JSON (in the fields runs carried them in then)."""
     records = held.state.records
     now = AdmissionWorkflowInput(host_group=HOST_GROUP, policy=held.state.policy, carried=CarriedState(
@@ -160,10 +160,13 @@ def before_bytes(held: Held) -> int:
 
 
 def now_carried(held: Held) -> CarriedState:
-    from workflows.admission.workflow import carried_state
+    from collections import deque
 
-    return carried_state(held.state, held.requesters, inbox=[], gone_requesters=set(), recent_audit=held.recent,
-                         audit_chain="run-1")
+    from workflows.admission.singleton import SingletonState
+
+    return SingletonState(
+        host_group="bench", engine=held.state, requesters=held.requesters, audit_chain="run-1", recent=deque(held.recent),
+    ).carry()
 
 
 def measure(leases: int, shape: str) -> CarriedSize:

@@ -640,7 +640,7 @@ def can_payload_size(queued: int) -> CanSize:
     from workflows.admission import engine
     from workflows.admission.messages import AdmissionWorkflowInput
     from workflows.admission.model import AdmissionPolicy, Submit
-    from workflows.admission.workflow import carried_state
+    from workflows.admission.singleton import SingletonState
 
     rng = random.Random(20_260_101)
     policy = AdmissionPolicy(max_concurrent=1, lease_ttl_seconds=300)
@@ -664,10 +664,10 @@ def can_payload_size(queued: int) -> CanSize:
         requesters[request.request_id] = mission
         recent.extend(events)
     assert state.queued_count == queued, state.queued_count
-    carried = carried_state(
-        state, requesters, inbox=[], gone_requesters=set(), recent_audit=list(recent),
+    carried = SingletonState(
+        host_group=shell.host_group, engine=state, requesters=requesters, recent=recent,
         audit_chain=str(uuid.UUID(int=rng.getrandbits(128), version=4)),
-    )
+    ).carry()
     can_input = shell.model_copy(update={"carried": carried})
     payload = DATA_CONVERTER.payload_converter.to_payloads([can_input])[0]
     document = json.loads(payload.data)["carried"]

@@ -11,7 +11,7 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from workflows.admission import codec, engine
 from workflows.admission.messages import AdmissionWorkflowInput
 from workflows.admission.model import AdmissionPolicy, AdmissionRequest, Submit
-from workflows.admission.workflow import carried_state
+from workflows.admission.singleton import SingletonState
 
 
 @pytest.mark.slow
@@ -31,7 +31,7 @@ def test_carried_state_with_10000_queued_mission_requests_is_under_1_mb() -> Non
         requesters[request_id] = mission
     assert state.queued_count == 10_000
 
-    carried = carried_state(state, requesters, inbox=[], gone_requesters=set(), recent_audit=[], audit_chain="run-1")
+    carried = SingletonState(host_group="default", engine=state, requesters=requesters, audit_chain="run-1").carry()
     payload = pydantic_data_converter.payload_converter.to_payloads(
         [AdmissionWorkflowInput(host_group="default", policy=policy, carried=carried)]
     )[0]
@@ -61,7 +61,7 @@ def test_a_burst_of_30000_submitted_requests_carried_in_the_inbox_stays_under_th
             )
             for i in range(100)
         ])))
-    carried = carried_state(engine.new_state(policy), {}, inbox, set(), [], "run-1")
+    carried = SingletonState(host_group="default", engine=engine.new_state(policy), requesters={}, audit_chain="run-1", inbox=inbox).carry()
     payload = pydantic_data_converter.payload_converter.to_payloads(
         [AdmissionWorkflowInput(host_group="default", policy=policy, carried=carried)]
     )[0]
