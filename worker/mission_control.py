@@ -27,7 +27,8 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from worker.connection import Reconnect
 from worker.inputs import one_line
-from workflows.inbound import INVALID_INPUT, joined, problems
+from workflows.failures import INVALID_INPUT
+from workflows.inbound import joined, problems
 from workflows.mission.aggregation import is_final
 from workflows.mission.executor_v1 import ExecutorDispatch, is_dispatch
 from workflows.mission.ledger import MissionLedger

@@ -5,7 +5,7 @@ decode as `temporalio.contrib.pydantic` decodes them. Payloads that come without
 workflows' entry points receive (`workflows.inbound`: they name no type, so that no argument a
 client sends can fail a workflow task): a `json/plain` payload is read with the CLI's own JSON
 rules (`workflows.json_input`), and one that cannot be read, whatever its bytes or encoding,
-arrives as the `RawValue` it is, for the workflow to refuse in words instead of the SDK retrying
+arrives as `workflows.json_input.Unreadable`, saying why, for the workflow to refuse in words instead of the SDK retrying
 a failed task for ever.
 
 Clients may use any converter that writes JSON (`json/plain`); the Temporal CLI and TypeScript's
@@ -18,12 +18,10 @@ from collections.abc import Sequence
 from typing import Any
 
 from temporalio.api.common.v1 import Payload
-from temporalio.common import RawValue
 from temporalio.contrib.pydantic import PydanticPayloadConverter
 from temporalio.converter import DataConverter
 
-from workflows.inbound import JSON_ENCODING
-from workflows.json_input import InputError, parse_json
+from workflows.json_input import JSON_ENCODING, InputError, Unreadable, parse_json
 
 
 class InboundPayloadConverter(PydanticPayloadConverter):
@@ -36,12 +34,12 @@ class InboundPayloadConverter(PydanticPayloadConverter):
         if payload.metadata.get("encoding") == JSON_ENCODING:
             try:
                 return parse_json(payload.data)
-            except InputError:
-                return RawValue(payload)
+            except InputError as error:
+                return Unreadable(f"is {error}")
         try:  # bytes, protobuf (the SDK's own answers, e.g. workflow metadata): the workflow door refuses them in words
             return super().from_payloads([payload], None)[0]
         except Exception:  # an unknown encoding, bytes that are not the protobuf they claim to be
-            return RawValue(payload)
+            return Unreadable.of(payload.metadata.get("encoding", b""), payload.data)
 
 
 DATA_CONVERTER = DataConverter(payload_converter_class=InboundPayloadConverter)

@@ -5,11 +5,11 @@ Missions are started and driven by clients in any language (the `temporal` CLI, 
 SDK, an argument that does not decode fails the workflow *task*, which the server retries for ever:
 the run shows `Running` and its client waits for good. So no workflow entry point here names its
 argument's type to the SDK. Each takes `*args` (the worker's converter, `worker.payloads`, hands
-them over as plain JSON data, or as the `RawValue` it could not read) and validates them here:
+them over as plain JSON data, or as `workflows.json_input.Unreadable`) and validates them here:
 
 - a workflow's input that does not validate fails the run at once, with a non-retryable
-  `ApplicationError` of type `InvalidInput` (`refused_start`) whose message names every wrong
-  field and where to look the right one up;
+  `ApplicationError` of type `InvalidInput` (`workflows.failures.refused_start`) whose message
+  names every wrong field and where to look the right one up;
 - an update's argument is checked by its validator, so a bad one is rejected before it reaches
   history and its sender reads why;
 - a signal's argument that does not validate is recorded as a `Refusal` (the workflow changes
@@ -17,7 +17,8 @@ them over as plain JSON data, or as the `RawValue` it could not read) and valida
 - a query's argument that does not validate fails that query, with the same words.
 
 The JSON rules are the CLI's own (`workflows.json_input`), so what `conductor` refuses, every
-other client is refused too. Pure: imported by workflow code and by the CLI alike.
+other client is refused too. Pure (no Temporal in it): imported by workflow code, the pure cores
+(`Refusal`) and the CLI alike.
 """
 
 from __future__ import annotations
@@ -27,19 +28,13 @@ from datetime import datetime
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
-from temporalio.common import RawValue
-from temporalio.exceptions import ApplicationError
 
 from workflows.contract import json_path
-from workflows.json_input import InputError, one_line, parse_json
+from workflows.json_input import Unreadable, one_line
 
-# The failure type of a run refused at start (`ApplicationError.type`; the Temporal UI and every
-# SDK show it, `conductor mission show` too).
-INVALID_INPUT = "InvalidInput"
 # Refused signals a workflow keeps for operators: the most recent ones (the log has every one).
 MAX_REFUSALS_KEPT = 20
 MAX_PROBLEMS_SHOWN = 10
-JSON_ENCODING = b"json/plain"
 
 Model = TypeVar("Model")
 
@@ -95,16 +90,9 @@ def no_argument(args: Sequence[Any], what: str) -> None:
         raise Refused(f"{what} takes no argument; {len(args)} were sent: send it without input")
 
 
-def refused_start(error: Refused, workflow_type: str) -> ApplicationError:
-    """What a run whose input was refused fails with: non-retryable, so it ends now, for good."""
-    return ApplicationError(
-        f"{workflow_type} refused its input: {error}", type=INVALID_INPUT, non_retryable=True,
-    )
-
-
 def _validate(value: Any, rule: type[Model] | TypeAdapter[Model], what: str, hint: str) -> Model:
-    if isinstance(value, RawValue):
-        raise Refused(f"{what} {_unreadable(value)}{_see(hint)}")
+    if isinstance(value, Unreadable):
+        raise Refused(f"{what} {value.why}{_see(hint)}")
     if isinstance(rule, type) and issubclass(rule, BaseModel) and not isinstance(value, dict):
         raise Refused(f"{what} must be a JSON object, not {_json_kind(value)}{_see(hint)}")
     try:
@@ -135,19 +123,6 @@ def joined(found: Sequence[str]) -> str:
     if len(found) > MAX_PROBLEMS_SHOWN:
         shown += f"; and {len(found) - MAX_PROBLEMS_SHOWN} more"
     return shown
-
-
-def _unreadable(value: RawValue) -> str:
-    """Why the worker's converter could not read a payload as JSON data."""
-    encoding = value.payload.metadata.get("encoding", b"")
-    if encoding != JSON_ENCODING:
-        shown = encoding.decode("utf-8", "replace") or "no encoding"
-        return f"is a payload encoded as {shown!r}; send JSON (payload encoding json/plain)"
-    try:
-        parse_json(value.payload.data)
-    except InputError as error:
-        return f"is {error}"
-    return "could not be read as JSON"
 
 
 def _json_kind(value: Any) -> str:

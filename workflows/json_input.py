@@ -22,12 +22,14 @@ import codecs
 import json
 import math
 import re
+from dataclasses import dataclass
 from typing import Any
 
 from workflows.contract import json_path
 from workflows.limits import MAX_JSON_DEPTH, MAX_JSON_INTEGER_DIGITS, MAX_JSON_NUMBER_CHARS
 
 MAX_MESSAGE_CHARS = 4000
+JSON_ENCODING = b"json/plain"  # the payload encoding every client here writes JSON as
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
 _UTF16_BOMS = (codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)  # UTF-32 LE starts like UTF-16 LE
@@ -201,3 +203,22 @@ def size_text(count: int) -> str:
         if count >= size and count % size == 0:
             return f"{count // size} {unit}"
     return f"{count} bytes"
+
+
+@dataclass(frozen=True)
+class Unreadable:
+    """A payload the data converter could not read as JSON data (`worker.payloads`), and why in
+    the CLI's words: a workflow's front door (`workflows.inbound`) refuses it with them."""
+
+    why: str
+
+    @classmethod
+    def of(cls, encoding: bytes, data: bytes) -> Unreadable:
+        if encoding != JSON_ENCODING:
+            shown = encoding.decode("utf-8", "replace") or "no encoding"
+            return cls(f"is a payload encoded as {shown!r}; send JSON (payload encoding json/plain)")
+        try:
+            parse_json(data)
+        except InputError as error:
+            return cls(f"is {error}")
+        return cls("could not be read as JSON")

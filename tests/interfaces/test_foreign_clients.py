@@ -29,7 +29,7 @@ from tests.support.mission_harness import mission_harness
 from tests.support.processes import eventually
 from worker.binaries import temporal_cli
 from worker.mission_control import parse_spec
-from workflows.inbound import INVALID_INPUT
+from workflows.failures import INVALID_INPUT
 from workflows.mission.ledger import MissionLedger
 from workflows.mission.search import SEARCH_ATTRIBUTES
 

@@ -13,7 +13,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import TypeAdapter
 from temporalio.api.common.v1 import Payload
-from temporalio.common import RawValue
 
 from tests.support.cli_support import conductor_now
 from worker import schemas
@@ -21,6 +20,8 @@ import worker.examples
 from worker.mission_control import MissionSpecError, parse_spec
 from worker.payloads import DATA_CONVERTER
 from workflows import inbound
+from workflows.failures import INVALID_INPUT, refused_start
+from workflows.json_input import Unreadable
 from workflows.limits import MAX_GOAL_CHARS
 from workflows.mission import aggregation
 from workflows.mission.executor_v1 import ExecutorDispatch
@@ -49,8 +50,8 @@ def test_json_arrives_as_data_and_what_the_cli_refuses_arrives_unread():
     assert _received(b"", b"binary/null") is None
     assert _received(b"raw", b"binary/plain") == b"raw"
     for refused in (b'{"a": 1, "a": 2}', b"[" * 100 + b"]" * 100, b'{"n": 1234567890123456789012}', b"NaN", b"{", b"\xff"):
-        assert isinstance(_received(refused), RawValue), refused
-    assert isinstance(_received(b"x", b"made/up"), RawValue)
+        assert isinstance(_received(refused), Unreadable), refused
+    assert isinstance(_received(b"x", b"made/up"), Unreadable)
 
 
 def test_typed_payloads_decode_as_pydantic_decodes_them():
@@ -67,8 +68,8 @@ def test_typed_payloads_decode_as_pydantic_decodes_them():
     (({}, {}), "2 were sent"),
     (([],), "must be a JSON object, not an array"),
     ((b"x",), "raw bytes (payload encoding binary/plain)"),
-    ((RawValue(Payload(metadata={"encoding": b"json/plain"}, data=b'{"a": 1, "a": 2}')),), 'the key "a" appears twice'),
-    ((RawValue(Payload(metadata={"encoding": b"made/up"}, data=b"")),), "a payload encoded as 'made/up'; send JSON"),
+    ((_received(b'{"a": 1, "a": 2}'),), 'the key "a" appears twice'),
+    ((_received(b"", b"made/up"),), "a payload encoded as 'made/up'; send JSON"),
     (({"operator": "ops", "decision": "maybe", "reason": "r", "when": 1},),
      "decision: Input should be 'approve' or 'reject'; when: Extra inputs are not permitted"),
 ])
@@ -90,8 +91,8 @@ def test_handlers_without_an_argument_refuse_one_and_optional_ones_take_their_de
 
 
 def test_a_refused_start_is_a_typed_non_retryable_failure():
-    failure = inbound.refused_start(inbound.Refused("MissionWorkflow's input is not valid: x"), "MissionWorkflow")
-    assert failure.type == inbound.INVALID_INPUT and failure.non_retryable
+    failure = refused_start(inbound.Refused("MissionWorkflow's input is not valid: x"), "MissionWorkflow")
+    assert failure.type == INVALID_INPUT and failure.non_retryable
     assert failure.message == "MissionWorkflow refused its input: MissionWorkflow's input is not valid: x"
 
 

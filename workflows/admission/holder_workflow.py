@@ -25,13 +25,13 @@ from temporalio.exceptions import ApplicationError
 with workflow.unsafe.imports_passed_through():
     from workflows.admission.holders import DECISION_QUERY, HOLDER_WORKFLOW, HolderInput, HolderSubmit
     from workflows.admission.messages import DECISION_SIGNAL, AdmissionDecision, DecisionBatch, admission_workflow_id
+    from workflows.failures import refused_start
     from workflows.inbound import (
         MAX_REFUSALS_KEPT,
         Refusal,
         Refused,
         argument,
         no_argument,
-        refused_start,
         signal_argument,
     )
 

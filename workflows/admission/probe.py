@@ -20,7 +20,8 @@ with workflow.unsafe.imports_passed_through():
     from workflows.admission.client import AdmissionClient, Renewal
     from workflows.admission.messages import AdmissionDecision
     from workflows.admission.model import AdmissionRequest, PriorityClass, RuntimeKind
-    from workflows.inbound import Refused, argument, no_argument, refused_start
+    from workflows.failures import refused_start
+    from workflows.inbound import Refused, argument, no_argument
 
 
 class ProbeRequest(BaseModel):

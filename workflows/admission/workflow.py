@@ -59,6 +59,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from workflows.admission.model import AdmissionPolicy, AdmissionRequest, AuditEvent
     from workflows.audit import AuditExport
+    from workflows.failures import refused_start
     from workflows.inbound import (
         MAX_REFUSALS_KEPT,
         Refusal,
@@ -66,7 +67,6 @@ with workflow.unsafe.imports_passed_through():
         argument,
         no_argument,
         optional_argument,
-        refused_start,
         signal_argument,
     )
     from workflows.metrics import AdmissionMetrics

@@ -44,7 +44,8 @@ from workflows.timers import KeptTimer
 
 with workflow.unsafe.imports_passed_through():
     from workflows.admission.client import AdmissionClient
-    from workflows.inbound import Refusal, Refused, argument, no_argument, refused_start, signal_argument
+    from workflows.failures import refused_start
+    from workflows.inbound import Refusal, Refused, argument, no_argument, signal_argument
     from workflows.metrics import mission_closed
     from workflows.mission import aggregation, supervisor
     from workflows.mission.dispatch import child_start

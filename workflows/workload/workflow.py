@@ -46,7 +46,8 @@ from workflows.cancellation import raise_if_cancel_requested
 
 with workflow.unsafe.imports_passed_through():
     from workflows.contract import ContractError, WorkloadRecord, WorkloadStatus
-    from workflows.inbound import Refused, argument, no_argument, refused_start
+    from workflows.failures import refused_start
+    from workflows.inbound import Refused, argument, no_argument
     from workflows.metrics import workload_dispatched
     from workflows.mission.search import WORKLOAD_STATE
     from workflows.workload.client import verdict_failure
