@@ -1,0 +1,173 @@
+"""What fits: the policy's limits a request's class counts against, what binds it, and whether a
+class or a gang's shape fits now (optionally without some leases, for preemption).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from workflows.admission.engine.state import (
+    ClassKey,
+    EngineState,
+    Gang,
+    Rec,
+    Usage,
+    gang_members,
+    gang_ready,
+)
+from workflows.admission.model import AdmissionPolicy
+
+
+def class_limits_of(policy: AdmissionPolicy, key: ClassKey) -> list[tuple[str, str, int]]:
+    """(kind, label, limit) for every limit that applies to a class, in checking order."""
+    environment, provider, runtime_kind, lane, _ = key
+    limits = [("global", "global", policy.max_concurrent)]
+    if environment in policy.environment_quotas:
+        limits.append(("environment", f"environment {environment}", policy.environment_quotas[environment]))
+    if provider in policy.provider_quotas:
+        limits.append(("provider", f"provider {provider}", policy.provider_quotas[provider]))
+    runtime_limit = policy.runtime_limit(runtime_kind)
+    if runtime_limit is not None:
+        limits.append(("runtime", f"runtime {runtime_kind}", runtime_limit))
+    if lane is not None and lane in policy.lane_wip_limits:
+        limits.append(("lane", f"lane {lane}", policy.lane_wip_limits[lane]))
+    return limits
+
+
+def _used(usage: Usage, kind: str, key: ClassKey) -> int:
+    if kind == "global":
+        return usage.total
+    if kind == "environment":
+        return usage.environment[key[0]]
+    if kind == "provider":
+        return usage.provider[key[1]]
+    if kind == "runtime":
+        return usage.runtime[key[2]]
+    return usage.lane[key[3]]  # type: ignore[index]
+
+
+def _shares(victim: Rec, kind: str, key: ClassKey) -> bool:
+    """Whether removing `victim` frees a unit of the limit `kind` for class `key`."""
+    if kind == "global":
+        return True
+    if kind == "environment":
+        return victim.environment == key[0]
+    if kind == "provider":
+        return victim.provider == key[1]
+    if kind == "runtime":
+        return victim.runtime_kind == key[2]
+    return victim.lane == key[3]
+
+
+def _class_limits(state: EngineState, key: ClassKey) -> list[tuple[str, str, int]]:
+    limits = state.limits_cache.get(key)
+    if limits is None:
+        limits = state.limits_cache[key] = class_limits_of(state.policy, key)
+    return limits
+
+
+def blocking_limits(state: EngineState, key: ClassKey, without: Rec | None = None) -> list[tuple[str, str, int, int]]:
+    """Every limit a class would exceed now, as (kind, label, used, limit); empty if it fits.
+
+    `without` answers "would it fit if this admitted request were gone?"
+    """
+    blocked = []
+    for kind, label, limit in _class_limits(state, key):
+        used = _used(state.usage, kind, key)
+        if without is not None and _shares(without, kind, key):
+            used -= 1
+        if used >= limit:
+            blocked.append((kind, label, used, limit))
+    return blocked
+
+
+def fits_now(state: EngineState, key: ClassKey, without: tuple[Rec, ...] | list[Rec] = ()) -> bool:
+    usage = state.usage
+    for kind, _label, limit in _class_limits(state, key):
+        used = _used(usage, kind, key)
+        for victim in without:
+            if _shares(victim, kind, key):
+                used -= 1
+        if used >= limit:
+            return False
+    return True
+
+
+def gang_blocker(
+    state: EngineState, members: list[Rec], without: list[Rec] | tuple[Rec, ...] = (),
+) -> tuple[Rec, str, int, int] | None:
+    """(member, limit label, used, limit) of the first member, in request_id order, that does not
+    fit once the members before it are placed; None when the whole gang fits at once."""
+    placed: Counter[str] = Counter()
+    for member in members:
+        key = member.class_key
+        limits = _class_limits(state, key)
+        for kind, label, limit in limits:
+            used = _used(state.usage, kind, key) + placed[label]
+            for victim in without:
+                if _shares(victim, kind, key):
+                    used -= 1
+            if used >= limit:
+                return member, label, used, limit
+        for _kind, label, _limit in limits:
+            placed[label] += 1
+    return None
+
+
+def shape_fits(state: EngineState, shape: tuple[ClassKey, ...]) -> bool:
+    placed: Counter[str] = Counter()
+    for key in shape:
+        limits = _class_limits(state, key)
+        for kind, label, limit in limits:
+            if _used(state.usage, kind, key) + placed[label] >= limit:
+                return False
+        for _kind, label, _limit in limits:
+            placed[label] += 1
+    return True
+
+
+def fitting_gang_shapes(state: EngineState, free: int):
+    """Every ready gang shape that fits at once. A gang fits only if each member fits alone and
+    it has no more members than there are free places, so the walk down the shape trie stops at
+    a member class that does not fit alone and below the depth of the free places: shapes with
+    a member in a full class are never looked at."""
+    alone: dict[ClassKey, bool] = {}
+    stack = [(state.gang_trie, 0)]
+    while stack:
+        node, depth = stack.pop()
+        if node.shape is not None and shape_fits(state, node.shape[1]):
+            yield node.shape
+        if depth >= free:
+            continue
+        for member_key, child in node.children.items():
+            fits = alone.get(member_key)
+            if fits is None:
+                fits = alone[member_key] = fits_now(state, member_key)
+            if fits:
+                stack.append((child, depth + 1))
+
+
+def binding_constraint(state: EngineState, key: ClassKey) -> str:
+    blocked = blocking_limits(state, key)
+    if not blocked:
+        return "none"
+    _kind, label, used, limit = blocked[0]
+    return f"{label} {used}/{limit}"
+
+
+def gang_constraint(state: EngineState, gang: Gang) -> str:
+    members = gang_members(state, gang)
+    if not gang_ready(gang, members):
+        return f"gang {gang.gang_id} waiting for members {len(members)}/{gang.size}"
+    blocker = gang_blocker(state, members)
+    if blocker is None:
+        return "none"
+    member, label, used, limit = blocker
+    return f"gang {gang.gang_id}: {member.request_id} needs {label} {used}/{limit}"
+
+
+def waiting_on(state: EngineState, rec: Rec) -> str:
+    """The binding constraint of one queued request, gang members included."""
+    if rec.gang is not None:
+        return gang_constraint(state, state.gangs[rec.gang])
+    return binding_constraint(state, rec.class_key)

@@ -1,0 +1,177 @@
+"""The admission pass: expire what is due, then admit in order while anything fits, overriding a
+lane or preempting where the policy allows it.
+"""
+
+from __future__ import annotations
+
+import heapq
+
+from workflows.admission.engine.capacity import (
+    fits_now,
+    fitting_gang_shapes,
+    shape_fits,
+)
+from workflows.admission.engine.order import effective_priority
+from workflows.admission.engine.preemption import (
+    lane_override_victim,
+    preemption_victims,
+)
+from workflows.admission.engine.state import EngineState, OrderKey
+from workflows.admission.engine.transitions import (
+    Changes,
+    admit,
+    admit_gang,
+    displace,
+    drop_expired_terminal,
+    expire,
+    finish,
+)
+from workflows.admission.model import (
+    FAIR_SHARE_POLICY,
+    LANE_OVERRIDE_POLICY,
+    PREEMPTION_POLICY,
+)
+
+
+def tick(state: EngineState, changes: Changes) -> None:
+    now = state.now_us
+    drop_expired_terminal(state)
+
+    lease_heap = state.lease_heap
+    while lease_heap and lease_heap[0][0] <= now:
+        expires_us, request_id = heapq.heappop(lease_heap)
+        rec = state.records.get(request_id)
+        if rec is not None and rec.state == "admitted" and rec.lease_expires_us == expires_us:
+            expire(state, changes, rec)
+
+    deadline_heap = state.deadline_heap
+    while deadline_heap and deadline_heap[0][0] <= now:
+        deadline_us, request_id = heapq.heappop(deadline_heap)
+        rec = state.records.get(request_id)
+        if rec is not None and rec.state == "queued" and rec.queue_deadline_us == deadline_us:
+            finish(state, changes, rec, "timed-out", "timed-out", "queue deadline elapsed")
+
+    _admission_loop(state, changes)
+
+
+def _admission_loop(state: EngineState, changes: Changes) -> None:
+    if state.settled_at_us is not None and (
+        not state.policy.allow_preemption or state.settled_at_us == state.now_us
+    ):
+        return  # nothing that could admit anything has changed since the last pass
+    gangs = _GangCandidates()
+    while state.classes or state.gang_classes:
+        if _admit_best_fitting(state, changes, gangs):
+            continue
+        if not _override_or_preempt(state, changes):
+            break
+        gangs = _GangCandidates()  # displacement or preemption moved capacity: look again
+    state.settled_at_us = state.now_us
+
+
+class _GangCandidates:
+    """The ready gangs that fit, best first, for one run of plain admissions.
+
+    While admissions only take capacity (and the clock stands still), a gang that does not fit
+    never starts to fit and a gang's order key only gets worse (shares only grow), so the heap is
+    built once and entries are checked lazily: dropped when they no longer fit, pushed back with
+    their new key when it changed. Without it every admission of a burst would look at every
+    fitting gang again.
+    """
+
+    __slots__ = ("heap",)
+
+    def __init__(self) -> None:
+        self.heap: list[tuple[OrderKey, tuple]] | None = None
+
+    def best(self, state: EngineState) -> tuple[OrderKey, str] | None:
+        if self.heap is None:
+            self.heap = [
+                (state.gang_classes[key].head(state)[0], key)
+                for key in fitting_gang_shapes(state, state.policy.max_concurrent - state.usage.total)
+            ]
+            heapq.heapify(self.heap)
+        heap = self.heap
+        while heap:
+            known, key = heap[0]
+            queue_class = state.gang_classes.get(key)
+            if queue_class is None or not shape_fits(state, key[1]):
+                heapq.heappop(heap)
+                continue
+            head = queue_class.head(state)
+            if head[0] != known:
+                heapq.heapreplace(heap, (head[0], key))
+                continue
+            return head
+        return None
+
+
+def _admit_best_fitting(state: EngineState, changes: Changes, gangs: _GangCandidates) -> bool:
+    if state.usage.total >= state.policy.max_concurrent:
+        return False
+    best: tuple[OrderKey, str] | None = None
+    if state.fair:
+        # Fair-share heads cost a walk: only classes at the top effective priority can win.
+        fitting = [(queue_class.top_effective(state), queue_class) for key, queue_class in state.classes.items()
+                   if fits_now(state, key)]
+        top = max((effective for effective, _ in fitting), default=None)
+        for effective, queue_class in fitting:
+            if effective == top:
+                head = queue_class.head(state)
+                if best is None or head[0] < best[0]:
+                    best = head
+    else:
+        for key, queue_class in state.classes.items():
+            if fits_now(state, key):
+                head = queue_class.head(state)
+                if best is None or head[0] < best[0]:
+                    best = head
+    if state.gang_classes:
+        head = gangs.best(state)
+        if head is not None and (best is None or head[0] < best[0]):
+            best = head
+    if best is None:
+        return False
+    rec = state.records[best[1]]
+    if rec.gang is not None:
+        admit_gang(state, changes, state.gangs[rec.gang])
+    else:
+        admit(state, changes, rec, policy=FAIR_SHARE_POLICY if state.fair else None)
+    return True
+
+
+def _override_or_preempt(state: EngineState, changes: Changes) -> bool:
+    policy = state.policy
+    lane_override = policy.priority_admission.enabled
+    preemption = policy.allow_preemption and bool(state.preemptible_admitted)
+    if not (lane_override or preemption):
+        return False
+    # Gangs never displace or preempt: they wait until they fit.
+    heads = sorted(queue_class.head(state) for queue_class in state.classes.values())
+    if not heads:
+        return False
+    if preemption and not lane_override:
+        # Fast refusal: the weakest preemptible holder is not weak enough for the strongest head.
+        weakest = min(effective_priority(state, state.records[request_id]) for request_id in state.preemptible_admitted)
+        if weakest + policy.preemption_margin >= -heads[0][0][0]:
+            return False
+    for _key, request_id in heads:
+        candidate = state.records[request_id]
+        if lane_override:
+            victim = lane_override_victim(state, candidate)
+            if victim is not None:
+                displace(state, changes, victim, candidate)
+                admit(state, changes, candidate, related=victim.request_id, policy=LANE_OVERRIDE_POLICY)
+                return True
+        if preemption:
+            victims = preemption_victims(state, candidate)
+            if victims:
+                for victim in victims:
+                    finish(
+                        state, changes, victim, "preempted", "preempted", f"preempted by {candidate.request_id}",
+                        related=candidate.request_id, policy=PREEMPTION_POLICY, place=False,
+                    )
+                    victim.preempted_by = candidate.request_id
+                admit(state, changes, candidate, related=victims[0].request_id, policy=PREEMPTION_POLICY)
+                return True
+    return False
