@@ -1,0 +1,123 @@
+"""The pure core of mission aggregation: child observations and admissions in, ledgers out.
+
+The MissionWorkflow is a thin shell around these functions (this package's public names; its
+modules are `outcome`, per child; `verdict`, the rule and its words; and `reducer`, the ledger's changes): it feeds them observations,
+admission decisions and review decisions and writes the ledgers they return. Every function
+takes a ledger and returns a new one (never changing its argument), fully aggregated, with
+`snapshot_seq` incremented exactly when something changed. So a snapshot numbered `n` always has
+the same content, and a redelivered signal costs nothing. The batch forms (`apply_admissions`,
+`start_attempts`, `apply_observations`) give the same ledger as their changes applied one at a
+time, one `snapshot_seq` per change that altered a child, but aggregate the whole ledger once.
+
+Per child (see `child_outcome`):
+- An observation is a whole revision of the child's record. A higher revision replaces the
+  previous one; a lower one is stale and only recorded in `stale_event_revisions`; the same
+  revision again with the same content (ignoring `observed_at`) is a redelivery and a no-op; the
+  same revision with different content breaks the substrate's compare-and-swap promise, so the
+  first one stays and the revision is recorded as stale.
+- Satisfaction per kind is `is_satisfied`; required evidence is every artifact kind in
+  `ChildSpec.required_evidence` present in the child's artifacts. A child counts as satisfied
+  only with both (missing evidence fails closed).
+- Until the substrate reports the child (`revision is None`), its admission is the only truth:
+  queued shows `blocked` with capacity backpressure (retryable), denied shows `blocked` with
+  policy backpressure (not retryable) and fails the child (it can never run), a queue timeout
+  shows `timed-out`, a cancelled or preempted request shows `cancelled`.
+
+Attempts (`workflows.mission.attempts`): a child runs as numbered attempts, each on a fleet
+record of its own, and is judged by its last (`ChildLedger.attempt`); `start_attempt` lists an
+attempt when the mission starts it, `close_attempt` records why it ended and, when it is tried
+again, shows the child as not yet run (its admission says where it waits). An observation of
+an earlier attempt only updates that attempt's entry. While an attempt is being stopped or
+will be retried (`ChildLedger.stopping`), how it ended does not count: the child stays pending.
+
+Per mission, with S satisfied, F failed, R review-required and P pending children (N in all) and
+k the successes needed (N for all-pass and fail-fast, `minimum_successes` for quorum):
+- all-pass, fail-fast, quorum: `failed` as soon as S + P + R < k (success has become impossible
+  even if every child needing review turned out fine: for all-pass and fail-fast that is the first
+  terminal failure); `completed` as soon as S >= k and R is empty (quorum does not wait for
+  stragglers); otherwise, once nothing is pending, `operator-review-required` (a child needing
+  review blocks completion, or only reviewed children could still reach k). fail-fast differs from
+  all-pass only in that its failure cancels the live siblings (`children_to_cancel`); all-pass
+  lets them run to their own end.
+- best-output: decides once nothing is pending: `operator-review-required` if any child needs
+  review; else `completed` with the best satisfied child's non-empty output (longest wins, ties go
+  to the child listed first in the spec); else `failed` (no satisfied child produced output).
+- manual-review: decides only on the operator's decision, accepted only once nothing is pending
+  (the state is `awaiting-review` then). reject -> `failed`. approve -> `completed`, unless a
+  child needs review: then `operator-review-required`, because unknown / operator-review-required
+  children and missing evidence never count as success, not even with an approval (the approval is
+  still recorded). Terminal failures do not block an approval: accepting them is the operator's call.
+- Long-lived children (daemon, persistent-agent, scheduled-collector) count as satisfied while
+  running, so a verdict can settle while they keep running. A final parent state never changes
+  again; the children and the summary keep following the observations.
+"""
+
+from workflows.mission.aggregation.outcome import (
+    child_outcome,
+    evidence_of,
+    is_satisfied,
+    missing_evidence,
+)
+from workflows.mission.aggregation.reducer import (
+    LEASE_EXPIRED,
+    AttemptStart,
+    ReviewNotAccepted,
+    aggregate,
+    apply_admission,
+    apply_admissions,
+    apply_observation,
+    apply_observations,
+    apply_review,
+    close_attempt,
+    initial_ledger,
+    judge_attempt,
+    mark_cancel_requested,
+    mark_cancelled,
+    mark_stopping,
+    record_refusal,
+    review_refusal,
+    start_attempt,
+    start_attempts,
+)
+from workflows.mission.aggregation.verdict import (
+    Tally,
+    children_to_cancel,
+    is_final,
+    live_children,
+    output_score,
+    verdict,
+    verdict_rule,
+)
+
+__all__ = [
+    "AttemptStart",
+    "LEASE_EXPIRED",
+    "ReviewNotAccepted",
+    "Tally",
+    "aggregate",
+    "apply_admission",
+    "apply_admissions",
+    "apply_observation",
+    "apply_observations",
+    "apply_review",
+    "child_outcome",
+    "children_to_cancel",
+    "close_attempt",
+    "evidence_of",
+    "initial_ledger",
+    "is_final",
+    "is_satisfied",
+    "judge_attempt",
+    "live_children",
+    "mark_cancel_requested",
+    "mark_cancelled",
+    "mark_stopping",
+    "missing_evidence",
+    "output_score",
+    "record_refusal",
+    "review_refusal",
+    "start_attempt",
+    "start_attempts",
+    "verdict",
+    "verdict_rule",
+]
