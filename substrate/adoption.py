@@ -26,13 +26,12 @@ import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from substrate import procs
 
-if TYPE_CHECKING:
-    from substrate.runner import RunOutcome, _Job
-    from substrate.store import TaskRow
+from substrate.jobs import Job, RunOutcome
+from substrate.store import TaskRow
 
 log = logging.getLogger(__name__)
 
@@ -140,8 +139,6 @@ class Readoption:
         return ended
 
     def _readopt_one(self, task: TaskRow) -> bool:
-        from substrate.runner import _Job  # runner imports this module
-
         spawned = _read_spawned(self._task_dir(task))  # type: ignore[attr-defined]
         if spawned is not None and (spawned.pid != task.pid or spawned.start_ticks != task.pid_start_ticks):
             spawned = None  # the row and the file disagree: trust neither
@@ -158,7 +155,7 @@ class Readoption:
                 "status, so its outcome is unknown",
             )  # fmt: skip
             return False
-        job = _Job(task)
+        job = Job(task)
         job.started.set()
         self._jobs[task.task_id] = job
         job.supervisor = asyncio.get_running_loop().create_task(
@@ -166,7 +163,7 @@ class Readoption:
         )
         return running
 
-    async def _supervise_adopted(self, job: _Job, spawned: Spawned) -> None:
+    async def _supervise_adopted(self, job: Job, spawned: Spawned) -> None:
         task = job.task
         try:
             outcome = await self._await_adopted(job, spawned)
@@ -188,7 +185,7 @@ class Readoption:
         finally:
             self._jobs.pop(task.task_id, None)
 
-    async def _await_adopted(self, job: _Job, spawned: Spawned) -> RunOutcome | None:
+    async def _await_adopted(self, job: Job, spawned: Spawned) -> RunOutcome | None:
         """Wait for the adopted process within what is left of its budget; None: no exit status."""
         request = job.task.request
         remaining = None
@@ -198,13 +195,7 @@ class Readoption:
             await asyncio.wait_for(procs.wait_gone(spawned.pid, spawned.start_ticks), remaining)
         except TimeoutError:
             await procs.stop_foreign_group(spawned.pid, spawned.start_ticks, self._settings.kill_grace_seconds)
-            return _outcome(None, True, spawned.stdout, spawned.stderr)
+            return RunOutcome(None, True, spawned.stdout, spawned.stderr)
         procs.kill_orphaned_group(spawned.pid, spawned.start_ticks)  # stragglers, as after any run
         status = procs.read_exit_status(spawned.exit_file)
-        return None if status is None else _outcome(status, False, spawned.stdout, spawned.stderr)
-
-
-def _outcome(returncode: int | None, timed_out: bool, stdout: Path, stderr: Path) -> RunOutcome:
-    from substrate.runner import RunOutcome  # runner imports this module
-
-    return RunOutcome(returncode, timed_out, stdout, stderr)
+        return None if status is None else RunOutcome(status, False, spawned.stdout, spawned.stderr)

@@ -48,6 +48,7 @@ from substrate.auth import TOKEN_ENV_VARS
 from substrate import procs
 from substrate.adoption import Readoption, exit_file
 from substrate.errors import SubstrateError
+from substrate.jobs import Job, RunOutcome
 from substrate.fleet import FleetService
 from substrate.store import Store, TaskRow
 from substrate.wire import TERMINAL_TASK_STATES
@@ -74,23 +75,6 @@ class RunnerSettings:
     secrets: tuple[str, ...] = field(default=(), repr=False)
 
 
-@dataclass(frozen=True)
-class RunOutcome:
-    returncode: int | None  # None: could not start
-    timed_out: bool
-    stdout: Path
-    stderr: Path
-    spawn_error: str | None = None
-
-
-@dataclass
-class _Job:
-    task: TaskRow
-    started: asyncio.Event = field(default_factory=asyncio.Event)
-    supervisor: asyncio.Task[None] | None = None
-    stop_reason: str | None = None  # "cancel" | "shutdown"
-
-
 def command_id(task: TaskRow) -> str:
     """The one command a task runs (the real executor names each dispatched command)."""
     return f"cmd-{task.task_id.removeprefix('task-')}"
@@ -106,7 +90,7 @@ class Runner(Readoption):
         self._store = store
         self._fleet = fleet
         self._settings = settings
-        self._jobs: dict[str, _Job] = {}
+        self._jobs: dict[str, Job] = {}
         self._closing = False
         self._detaching = False
         self._live_processes: set[procs.ShellProcess] = set()
@@ -192,7 +176,7 @@ class Runner(Readoption):
 
     async def _run(
         self,
-        job: _Job,
+        job: Job,
         command: str,
         out_dir: Path,
         timeout: float | None,
@@ -223,7 +207,7 @@ class Runner(Readoption):
             # Cancelled, timed out or finished: nothing of the group outlives this run.
             await asyncio.shield(procs.stop_group(process, self._settings.kill_grace_seconds))
 
-    def _finish_run(self, job: _Job, outcome: RunOutcome) -> None:
+    def _finish_run(self, job: Job, outcome: RunOutcome) -> None:
         """Record the end of the task's run."""
         task = job.task
         artifacts = self._artifacts(task, [("stdout", outcome.stdout), ("stderr", outcome.stderr)])
@@ -244,11 +228,11 @@ class Runner(Readoption):
 
     # -- per kind ----------------------------------------------------------------------
 
-    async def _one_shot(self, job: _Job) -> None:
+    async def _one_shot(self, job: Job) -> None:
         request = job.task.request
         self._finish_run(job, await self._run(job, request["prompt"], self._task_dir(job.task), request["timeout_seconds"]))
 
-    async def _long_lived(self, job: _Job) -> None:
+    async def _long_lived(self, job: Job) -> None:
         """A daemon or persistent agent: no time budget, runs until it exits or is cancelled."""
         self._finish_run(job, await self._run(job, job.task.request["prompt"], self._task_dir(job.task), None))
 
@@ -259,7 +243,7 @@ class Runner(Readoption):
         "scheduled-collector": _one_shot,
     }
 
-    async def _supervise(self, job: _Job) -> None:
+    async def _supervise(self, job: Job) -> None:
         try:
             await self._KINDS[job.task.kind](self, job)
         except asyncio.CancelledError:
@@ -280,7 +264,7 @@ class Runner(Readoption):
         """Start a submitted task; returns once its process runs (or it is scheduled, or failed)."""
         if self._closing:
             raise SubstrateError(503, "executor.shutting_down", "the substrate is shutting down; retry later")
-        job = _Job(task)
+        job = Job(task)
         self._jobs[task.task_id] = job
         job.supervisor = asyncio.create_task(self._supervise(job), name=f"task-{task.task_id}")
         await job.started.wait()
