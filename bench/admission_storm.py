@@ -47,7 +47,7 @@ from temporalio.client import Client, WorkflowExecutionStatus  # noqa: E402
 from temporalio.service import RPCError  # noqa: E402
 
 from activities.admission import set_policy_with_start  # noqa: E402
-from worker.connection import server_busy, transport_failure  # noqa: E402
+from worker.connection import retryable  # noqa: E402
 from worker.lease import HostGroupWatch, NotAdmitted, acquire  # noqa: E402
 from workflows.admission.holder_workflow import LIVE_STATES  # noqa: E402
 from workflows.admission.holders import HeldRequest, holder_workflow_id  # noqa: E402
@@ -124,7 +124,7 @@ class Storm:
                     seen.error = str(refused)
                     break
                 except RPCError as error:
-                    if not (server_busy(error) or transport_failure(error)):
+                    if retryable(error) is None:
                         seen.error = f"{type(error).__name__}: {error}"
                         break
                     await asyncio.sleep(1)

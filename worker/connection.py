@@ -11,8 +11,11 @@ one override on top: `worker.cli.run` checks them (`ConnectionFlags.checked`) an
 with `using_flags` for the invocation, and `connect_options` applies them, so every command
 that connects sees them. Precedence: flag > TEMPORAL_* variable > profile file > default.
 
-`Reconnect` carries a waiting call through a Temporal restart or a network break: it
-retries only lost connections, with backoff, for `CONDUCTOR_RECONNECT_SECONDS` (60 s).
+The one retry policy of the clients here: a call is sent again only after a lost connection
+(`transport_failure`) or the server's back-pressure (`server_busy`), never after an answer, and
+with one `Backoff`. `resend` does that for a call that is safe to repeat as it is (a signal its
+workflow takes once, a read); `Reconnect` carries any waiting call of the CLI through a Temporal
+restart or a network break, announcing it, for `CONDUCTOR_RECONNECT_SECONDS` (60 s).
 """
 
 from __future__ import annotations
@@ -34,6 +37,8 @@ from temporalio.envconfig import ClientConfig
 from temporalio.service import RetryConfig, RPCError, RPCStatusCode
 
 from worker.payloads import DATA_CONVERTER
+
+T = TypeVar("T")
 
 DEFAULT_ADDRESS = "127.0.0.1:7233"
 DEFAULT_NAMESPACE = "default"
@@ -167,19 +172,19 @@ async def connect_patiently(
     bound = reconnect_seconds(seconds)
     loop = asyncio.get_running_loop()
     started = loop.time()
-    delay = BACKOFF_FIRST
+    backoff = Backoff()
     announced = False
     while True:
         try:
             return await connect(profile, **overrides)
         except ServerUnreachable as error:
+            delay = backoff.next()
             if loop.time() - started + delay > bound:
                 raise
             if not announced:
                 announced = True
                 (announce or _to_stderr)(f"conductor: {error}; trying again for up to {bound:g} s ...")
         await asyncio.sleep(delay)
-        delay = min(delay * 2, BACKOFF_CAP)
 
 
 # --- riding out a lost server: a Temporal restart or a network break --------------------------
@@ -261,6 +266,48 @@ def server_busy(error: BaseException) -> str | None:
     return None
 
 
+def no_such_namespace(error: BaseException) -> bool:
+    """A NOT_FOUND that is about the namespace, not the workflow asked for: no wait makes it exist."""
+    if not isinstance(error, RPCError) or error.status != RPCStatusCode.NOT_FOUND:
+        return False
+    return any(detail.type_url.endswith("NamespaceNotFoundFailure") for detail in error.grpc_status.details)
+
+
+def retryable(error: BaseException) -> str | None:
+    """Why a call that failed with `error` may be sent again as it was: a lost connection or the
+    server's back-pressure (None: the server answered, and the answer stands)."""
+    return transport_failure(error) or server_busy(error)
+
+
+class Backoff:
+    """The delays between tries: BACKOFF_FIRST, doubling up to BACKOFF_CAP; `reset` after a success."""
+
+    def __init__(self) -> None:
+        self._delay = BACKOFF_FIRST
+
+    def next(self) -> float:
+        delay, self._delay = self._delay, min(self._delay * 2, BACKOFF_CAP)
+        return delay
+
+    def reset(self) -> None:
+        self._delay = BACKOFF_FIRST
+
+
+async def resend(operation: Callable[[], Awaitable[T]], *, until: float | None = None) -> T:
+    """`await operation()`, sent again with backoff while it fails `retryable`, until the event
+    loop's clock reaches `until` (None: for ever); then the last error. Only for an idempotent call:
+    the repeat of one that did land must change nothing (a signal its workflow takes once, a read)."""
+    loop = asyncio.get_running_loop()
+    backoff = Backoff()
+    while True:
+        try:
+            return await operation()
+        except RPCError as error:
+            if retryable(error) is None or (until is not None and loop.time() >= until):
+                raise
+        await asyncio.sleep(backoff.next() if until is None else min(backoff.next(), max(0.0, until - loop.time())))
+
+
 def _ambiguous(error: BaseException) -> str | None:
     """A timeout or cancellation of the call itself: an outage only if the server is out of reach."""
     if isinstance(error, RPCError) and error.status in (RPCStatusCode.DEADLINE_EXCEEDED, RPCStatusCode.CANCELLED):
@@ -271,9 +318,6 @@ def _ambiguous(error: BaseException) -> str | None:
             return None  # our own task was cancelled (Ctrl-C): never retried
         return transport_failure(cause) or _ambiguous(cause)
     return None
-
-
-T = TypeVar("T")
 
 
 class Reconnect:
@@ -305,22 +349,21 @@ class Reconnect:
         """`await operation()`, repeated after each lost connection, and after each "busy" answer
         (see `server_busy`) with backoff; `doing` words the give-up line."""
         busy_since: float | None = None
-        busy_delay = BACKOFF_FIRST
+        busy = Backoff()
         while True:
             try:
                 result = await operation()
             except Exception as error:
-                busy = server_busy(error)
-                if busy is not None:
+                too_busy = server_busy(error)
+                if too_busy is not None:
                     now = asyncio.get_running_loop().time()
                     busy_since = now if busy_since is None else busy_since
                     if now - busy_since >= self.seconds:
                         raise TemporalUnreachable(
                             f"gave up {doing}: the Temporal server at {self.address} stayed too busy to answer "
-                            f"for {self.seconds:g} s ({busy}); {RECONNECT_ENV} sets how long to wait"
+                            f"for {self.seconds:g} s ({too_busy}); {RECONNECT_ENV} sets how long to wait"
                         ) from None
-                    await asyncio.sleep(busy_delay)
-                    busy_delay = min(busy_delay * 2, BACKOFF_CAP)
+                    await asyncio.sleep(busy.next())
                     continue
                 reason = await self.lost(error)
                 if reason is None:
@@ -363,7 +406,7 @@ class Reconnect:
                 f"conductor: lost the Temporal server at {self.address} ({reason}); "
                 f"reconnecting for up to {self.seconds:g} s ..."
             )
-        delay = BACKOFF_FIRST
+        backoff = Backoff()
         while True:
             remaining = self.seconds - (loop.time() - lost_at)
             if remaining <= 0:
@@ -371,8 +414,7 @@ class Reconnect:
                     f"gave up {doing}: the Temporal server at {self.address} did not come back within "
                     f"{self.seconds:g} s ({reason}); {RECONNECT_ENV} sets how long to wait"
                 )
-            await asyncio.sleep(min(delay, remaining))
-            delay = min(delay * 2, BACKOFF_CAP)
+            await asyncio.sleep(min(backoff.next(), remaining))
             remaining = self.seconds - (loop.time() - lost_at)
             still = await self._probe(min(PROBE_TIMEOUT, max(remaining, 0.1)))
             if still is None:

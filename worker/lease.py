@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import AsyncIterator, Callable
 
 from temporalio.api.enums.v1 import EventType
@@ -31,7 +32,7 @@ from temporalio.client import Client
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.service import RPCError, RPCStatusCode
 
-from worker.connection import server_busy, transport_failure
+from worker.connection import Backoff, no_such_namespace, resend, retryable
 from workflows.admission.holder_workflow import LIVE_STATES
 from workflows.admission.holders import HOLDER_WORKFLOW, HeldRequest, HolderInput, HolderSubmit, holder_workflow_id
 from workflows.admission.messages import (
@@ -44,7 +45,8 @@ from workflows.admission.messages import (
     admission_workflow_id,
 )
 
-RETRY_SECONDS = 1.0  # between attempts when the server cannot be reached
+log = logging.getLogger(__name__)
+
 RELEASE_SECONDS = 10.0  # how long giving a lease back may take when the block ends
 _CLOSED = frozenset({
     EventType.EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED, EventType.EVENT_TYPE_WORKFLOW_EXECUTION_FAILED,
@@ -54,15 +56,13 @@ _CLOSED = frozenset({
 
 
 class NotAdmitted(RuntimeError):
-    """The request ended without a lease (denied, timed out in the queue, cancelled)."""
+    """The request ended without a lease (denied, timed out in the queue, withdrawn), or nothing
+    more can be heard of it (its holder workflow ended or cannot be read). `decision` is the last
+    one the singleton gave, never one made up here."""
 
-    def __init__(self, decision: AdmissionDecision) -> None:
-        super().__init__(f"request {decision.request_id} was {decision.state}: {decision.reason}")
+    def __init__(self, decision: AdmissionDecision, why: str | None = None) -> None:
+        super().__init__(why or f"request {decision.request_id} was {decision.state}: {decision.reason}")
         self.decision = decision
-
-
-def _transient(error: RPCError) -> bool:
-    return bool(server_busy(error) or transport_failure(error))
 
 
 class HostGroupWatch:
@@ -77,12 +77,25 @@ class HostGroupWatch:
 
     async def __aenter__(self) -> HostGroupWatch:
         self._task = asyncio.ensure_future(self._follow())
+        self._task.add_done_callback(self._died)
         return self
 
-    async def __aexit__(self, *_: object) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
+    async def __aexit__(self, *exc: object) -> None:
+        """Stops the watch; raises what stopped it, if it stopped before (and nothing else is raised)."""
+        task, self._task = self._task, None
+        if task is None:
+            return
+        failed = task.done() and not task.cancelled() and task.exception() is not None
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        if failed and exc[0] is None:
+            raise task.exception()  # type: ignore[misc]
+
+    def _died(self, task: asyncio.Task[None]) -> None:
+        """A watch that stops on an error says so at once: its holders still hear their decisions
+        from their own holder workflows, a transfer-queue hop later."""
+        if not task.cancelled() and task.exception() is not None:
+            log.error("the decisions watch of %s stopped: %s", self._workflow_id, task.exception(), exc_info=task.exception())
 
     def listen(self, requester: str, hear: Callable[[AdmissionDecision], None]) -> Callable[[], None]:
         """Hand `requester`'s decisions to `hear`; returns what stops it."""
@@ -92,6 +105,7 @@ class HostGroupWatch:
     async def _follow(self) -> None:
         run_id: str | None = None  # None: the run that is current when the follow starts
         seen = 0
+        backoff = Backoff()
         while True:
             try:
                 async for event in self._client.get_workflow_handle(self._workflow_id, run_id=run_id).fetch_history_events(
@@ -100,6 +114,7 @@ class HostGroupWatch:
                     if event.event_id <= seen:
                         continue
                     seen = event.event_id
+                    backoff.reset()
                     if event.event_type == EventType.EVENT_TYPE_SIGNAL_EXTERNAL_WORKFLOW_EXECUTION_INITIATED:
                         signal = event.signal_external_workflow_execution_initiated_event_attributes
                         hear = self._listeners.get(signal.workflow_execution.workflow_id)
@@ -111,14 +126,14 @@ class HostGroupWatch:
                         run_id, seen = event.workflow_execution_continued_as_new_event_attributes.new_execution_run_id, 0
                         break
                 else:
-                    await asyncio.sleep(RETRY_SECONDS)  # the chain ended: a host group made again starts anew
+                    await asyncio.sleep(backoff.next())  # the chain ended: a host group made again starts anew
                     run_id, seen = None, 0
             except RPCError as error:  # unreachable for a while, or no such host group (yet): ask again
-                if error.status == RPCStatusCode.NOT_FOUND:
+                if error.status == RPCStatusCode.NOT_FOUND and not no_such_namespace(error):
                     run_id, seen = None, 0
-                elif not _transient(error):
+                elif retryable(error) is None:
                     raise
-                await asyncio.sleep(RETRY_SECONDS)
+                await asyncio.sleep(backoff.next())
 
 
 class HeldLease:
@@ -138,8 +153,10 @@ class HeldLease:
         self._singleton = client.get_workflow_handle(admission_workflow_id(host_group))
         self._on_decision = on_decision
         # Decisions as they arrive, from the holder workflow's history and the watch (a decision may
-        # come twice: `_next` keeps the newer ones). None: the holder workflow closed, nothing follows.
+        # come twice: `_next` keeps the newer ones). None: the holder workflow closed, nothing follows;
+        # `unheard` then says why, if it closed other than with its last decision.
         self._inbox: asyncio.Queue[AdmissionDecision | None] = asyncio.Queue()
+        self.unheard: str | None = None
         self._newest = 0  # the newest revision `_next` handed out
         self._follower: asyncio.Task[None] | None = None
         self._unlisten = watch.listen(self.requester, self._arrived) if watch is not None else None
@@ -161,12 +178,14 @@ class HeldLease:
         again from the start, past the events already read."""
         seen = 0
         handle = self._client.get_workflow_handle(self.requester)
+        backoff = Backoff()
         while True:
             try:
                 async for event in handle.fetch_history_events(wait_new_event=True):
                     if event.event_id <= seen:
                         continue
                     seen = event.event_id
+                    backoff.reset()
                     signaled = event.workflow_execution_signaled_event_attributes
                     if event.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED and signaled.signal_name == DECISION_SIGNAL:
                         [batch] = await self._client.data_converter.decode(signaled.input.payloads, [DecisionBatch])
@@ -175,21 +194,19 @@ class HeldLease:
                     elif event.event_type in _CLOSED:
                         if event.event_type != EventType.EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED:
                             failure = event.workflow_execution_failed_event_attributes.failure.message
-                            self._inbox.put_nowait(AdmissionDecision(
-                                request_id=self.request_id, state="unknown", revision=self._newest + 1,
-                                reason=failure or f"its holder workflow {self.requester} ended ({EventType.Name(event.event_type)})",
-                            ))
-                        self._inbox.put_nowait(None)
+                            self._end(failure or f"its holder workflow {self.requester} ended ({EventType.Name(event.event_type)})")
+                        else:
+                            self._end(None)
                         return
             except RPCError as error:
-                if not _transient(error):
-                    self._inbox.put_nowait(AdmissionDecision(
-                        request_id=self.request_id, state="unknown", revision=self._newest + 1,
-                        reason=f"its holder workflow {self.requester} cannot be read: {error}",
-                    ))
-                    self._inbox.put_nowait(None)
+                if retryable(error) is None:
+                    self._end(f"its holder workflow {self.requester} cannot be read: {error}")
                     return
-            await asyncio.sleep(RETRY_SECONDS)
+            await asyncio.sleep(backoff.next())
+
+    def _end(self, unheard: str | None) -> None:
+        self.unheard = unheard
+        self._inbox.put_nowait(None)
 
     async def _next(self) -> AdmissionDecision | None:
         """The next decision newer than any so far (None: no more will come)."""
@@ -214,16 +231,9 @@ class HeldLease:
         self.lost.set()
 
     async def _signal_singleton(self, name: str, message: object, *, until: float | None = None) -> None:
-        """A signal to the singleton, sent again while the server cannot be reached (until `until`)."""
-        loop = asyncio.get_running_loop()
-        while True:
-            try:
-                await self._singleton.signal(name, message)
-                return
-            except RPCError as error:
-                if not _transient(error) or (until is not None and loop.time() >= until):
-                    raise
-            await asyncio.sleep(RETRY_SECONDS)
+        """A signal to the singleton, sent again while the server cannot be reached (until `until`):
+        each of the singleton's signals changes nothing the second time."""
+        await resend(lambda: self._singleton.signal(name, message), until=until)
 
     async def _keep_renewed(self) -> None:
         """A requester renewal (every lease this holder workflow holds) at a third of the TTL. It has
@@ -245,6 +255,8 @@ class HeldLease:
         while not self.lost.is_set():
             decision = await self._next()
             if decision is None:
+                if self.unheard is not None:
+                    self._lose(self.unheard)
                 return
             self._learn(decision)
 
@@ -320,7 +332,8 @@ async def acquire(
                     await lease._signal_singleton("cancel", CancelBatch(requester=lease.requester, request_ids=[request.request_id]))
             decision = await news
             if decision is None:
-                break
+                lease._close()
+                raise NotAdmitted(lease.decision, f"request {request.request_id}: {lease.unheard or 'its holder workflow ended'}")
             lease.decision = decision
             if decision.state == "queued" and on_queued is not None and (decision.position, decision.binding_constraint) != shown:
                 shown = (decision.position, decision.binding_constraint)
@@ -328,13 +341,13 @@ async def acquire(
     except BaseException:
         await asyncio.shield(lease.give_back())
         raise
-    decision = lease.decision
-    if withdraw.is_set() and decision.state == "admitted":  # admitted as it was withdrawn: give it back
+    if withdraw.is_set() and lease.decision.state == "admitted":  # admitted as it was withdrawn: give it back
         await asyncio.shield(lease.give_back())
-        decision = decision.model_copy(update={"state": "cancelled", "reason": "withdrawn by its holder"})
-    if decision.state != "admitted":
+        raise NotAdmitted(lease.decision, f"request {request.request_id} was withdrawn by its holder as it was admitted; "
+                                          f"its lease was given back ({lease.decision.state})")
+    if lease.decision.state != "admitted":
         lease._close()
-        raise NotAdmitted(decision)
+        raise NotAdmitted(lease.decision)
     return lease
 
 

@@ -18,14 +18,16 @@ import signal
 import subprocess
 from pathlib import Path
 
+import pytest
 from temporalio.client import Client
+from temporalio.service import RPCError, RPCStatusCode
 
 from activities.admission import set_policy_with_start
 from substrate.procs import alive
 from tests.support.substrate_fixtures import substrate  # noqa: F401  (fixture)
 from tests.support.cli_support import conductor_command, conductor_now, ended, environment_for, run_process
 from tests.support.mission_harness import mission_harness
-from tests.support.processes import eventually
+from tests.support.processes import eventually, wait_until
 from worker.admission_run import EXIT_LEASE_LOST, EXIT_NOT_ADMITTED
 from worker.binaries import temporal_cli
 from worker.lease import HostGroupWatch, acquire, hold
@@ -291,3 +293,15 @@ async def test_holders_of_one_process_hear_their_decisions_through_one_watch_of_
 def test_the_wrapper_refuses_a_missing_command_in_one_line(capsys):
     result = conductor_now(capsys, "admission", "run", "--host-group", "default")
     assert result.code == 2 and "needs a command after --" in result.line
+
+
+async def test_a_watch_that_cannot_read_the_singleton_says_so_at_once_and_when_it_is_left(dev_client: Client, caplog):
+    """A watch stopped by an answer no wait changes (here: its client's namespace does not exist)
+    logs it as an error when it happens, and raises it where its `async with` ends: a process never
+    runs on unaware that its holders lost the quicker path to their decisions."""
+    elsewhere = await Client.connect(dev_client.service_client.config.target_host, namespace="no-such-namespace")
+    with pytest.raises(RPCError) as refused:
+        async with HostGroupWatch(elsewhere, "default"):
+            await wait_until(lambda: any(r.levelname == "ERROR" and "decisions watch" in r.getMessage() for r in caplog.records),
+                             timeout=20, what="the watch's error in the log")
+    assert refused.value.status == RPCStatusCode.NOT_FOUND and "no-such-namespace" in str(refused.value), refused.value
