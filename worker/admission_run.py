@@ -7,22 +7,13 @@ waits, starts the command once admitted, renews while it runs, gives the lease b
 exits with its status. The command runs in a process group of its own, in the terminal's
 foreground when there is one, so a stop reaches everything it started.
 
-Exit statuses (besides the command's own, 128+N when a signal N ended it):
-
-| status | when |
-|---|---|
-| 69 | never admitted: denied, or timed out in the queue; the command never ran |
-| 75 | the lease was lost while the command ran (preempted, displaced, expired, revoked): the command was stopped |
-| 130 / 143 | interrupted (SIGINT / SIGTERM) while queued (the request was withdrawn) or before the command started (the lease was given back): the command never ran |
-| 1 | Temporal or the host group cannot be reached |
-| 2 | a bad option, or a host group that does not exist |
+Its exit statuses: the table in docs/admission-api.md ("wrap a process"), the one place they are written.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
 import os
 import signal
 import sys
@@ -39,7 +30,28 @@ EXIT_NOT_ADMITTED = 69  # EX_UNAVAILABLE
 EXIT_LEASE_LOST = 75  # EX_TEMPFAIL: worth trying again
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 PROG = "conductor admission run"
-PR_SET_PDEATHSIG = 1  # prctl(2)
+# The command starts through this trampoline, a fresh single-threaded Python: it asks Linux to
+# SIGKILL it when the wrapper dies (prctl PR_SET_PDEATHSIG), makes sure the wrapper has not died
+# already, and execs the command, which keeps the setting. So a wrapper killed outright takes its
+# command with it, and the lease that then expires at its TTL was not guarding a process still
+# running. Done in the forked child of the wrapper itself (`preexec_fn`), the prctl needed a
+# dlopen while the SDK's threads run, which can deadlock the child (Python's docs warn of it).
+# Elsewhere than Linux, or without prctl, the command runs without it.
+_TRAMPOLINE = """
+import ctypes, os, sys
+wrapper, command = int(sys.argv[1]), sys.argv[2:]
+try:
+    ctypes.CDLL(None, use_errno=True).prctl(1, 9)  # PR_SET_PDEATHSIG, SIGKILL
+except (OSError, AttributeError):
+    pass
+if os.getppid() != wrapper:
+    sys.exit(137)  # the wrapper died before the setting took: do not start the command
+try:
+    os.execvp(command[0], command)
+except OSError as error:
+    print(f"conductor admission run: cannot run {command[0]}: {error.strerror or error}", file=sys.stderr, flush=True)
+    sys.exit(127 if isinstance(error, FileNotFoundError) else 126)
+"""
 
 
 def say(line: str) -> None:
@@ -112,11 +124,9 @@ async def _run_under(lease: HeldLease, command: Sequence[str], grace_seconds: fl
     if relay.pending:  # it came while the request waited or as it was admitted
         say(f"interrupted ({signal.Signals(relay.pending[0]).name}) before the command started; it did not run")
         return 128 + relay.pending[0]
-    try:
-        process = await asyncio.create_subprocess_exec(*command, process_group=0, preexec_fn=_die_with_wrapper)
-    except OSError as error:
-        say(f"cannot run {command[0]}: {error.strerror or error}")
-        return 127 if isinstance(error, FileNotFoundError) else 126
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-I", "-S", "-c", _TRAMPOLINE, str(os.getpid()), *command, process_group=0,
+    )
     with _foreground(process.pid):
         relay.to(process.pid)
         ended = asyncio.ensure_future(process.wait())
@@ -132,13 +142,6 @@ async def _run_under(lease: HeldLease, command: Sequence[str], grace_seconds: fl
             relay.to(None)  # the group is gone: nothing to pass signals to while the lease goes back
     status = process.returncode or 0
     return 128 - status if status < 0 else status
-
-
-def _die_with_wrapper() -> None:
-    """In the child before exec: a wrapper killed outright (SIGKILL) takes its command with it, so
-    the lease that then expires at its TTL was not guarding a process still running (Linux)."""
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
 @contextlib.contextmanager

@@ -97,6 +97,13 @@ async def test_a_wrapped_command_runs_under_a_lease_and_exits_with_its_status(de
         assert [kind for kind, _ in events] == ["queued", "admitted", "released"], events
         assert await _leases(dev_client, host_group) == []
 
+        # A command that cannot be run: 127 (126 for one that is not executable) and one line, as a shell says.
+        for name, status, why in (("no-such-command-here", 127, "No such file or directory"), (str(tmp_path), 126, "Permission denied")):
+            missing = await _wrapper(dev_client, host_group, "--request-id", f"w-{status}", "--", name)
+            code, out, err = await ended(missing)
+            assert code == status and f"cannot run {name}: {why}" in err.splitlines()[-1], (code, err)
+        assert await _leases(dev_client, host_group) == []
+
 
 async def test_missions_the_temporal_cli_and_wrapped_processes_share_one_quota(dev_client: Client, substrate, tmp_path):
     async with mission_harness(dev_client, substrate, tmp_path, as_in_production=True) as h:
