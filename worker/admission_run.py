@@ -24,7 +24,7 @@ from temporalio.client import Client
 from substrate.procs import signal_group, terminate_group
 from worker.lease import HeldLease, NotAdmitted, acquire, kept
 from workflows.admission.holders import HeldRequest
-from workflows.admission.messages import AdmissionDecision
+from workflows.admission.messages import AdmissionDecision, queue_place
 
 EXIT_NOT_ADMITTED = 69  # EX_UNAVAILABLE
 EXIT_LEASE_LOST = 75  # EX_TEMPFAIL: worth trying again
@@ -59,9 +59,7 @@ def say(line: str) -> None:
 
 
 def queued_line(decision: AdmissionDecision) -> str:
-    place = f"position {decision.position}" if decision.position is not None else "queued"
-    waits = f", waiting on {decision.binding_constraint}" if decision.binding_constraint else ""
-    return f"request {decision.request_id} queued: {place}{waits}"
+    return f"request {decision.request_id} queued: {queue_place(decision.position, decision.binding_constraint)}"
 
 
 class _Relay:

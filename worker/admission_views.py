@@ -13,7 +13,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from worker.tables import human_duration, render_table
-from workflows.admission.messages import LeaseRow, QueueRow, UsageRow, WhatIf
+from workflows.admission.messages import LeaseRow, QueueRow, UsageRow, WhatIf, constraint_words
 from workflows.admission.model import AdmissionPolicy, AuditEvent
 
 
@@ -23,12 +23,6 @@ def as_json(value: BaseModel | Sequence[BaseModel]) -> Any:
     return [item.model_dump(mode="json") for item in value]
 
 
-def waiting_on(binding_constraint: str) -> str:
-    if binding_constraint == "none":
-        return "nothing: admitted at the next decision"
-    return f"waiting on {binding_constraint}"
-
-
 def queue_table(host_group: str, rows: Sequence[QueueRow]) -> str:
     if not rows:
         return f"queue is empty: nothing is waiting on host group {host_group}"
@@ -36,7 +30,7 @@ def queue_table(host_group: str, rows: Sequence[QueueRow]) -> str:
         ["POS", "REQUEST", "REQUESTER", "PRIORITY", "EFFECTIVE", "WAITED", "BINDING CONSTRAINT"],
         [
             [row.position, row.request_id, row.requester, row.priority, row.effective_priority,
-             human_duration(row.waited_seconds), waiting_on(row.binding_constraint)]
+             human_duration(row.waited_seconds), constraint_words(row.binding_constraint)]
             for row in rows
         ],
         right=(0, 3, 4, 5),

@@ -13,9 +13,8 @@ from datetime import timedelta
 from temporalio.service import RPCError
 
 from worker.admission_live import QUEUE_ROWS, LiveAdmission, LiveError
-from worker.admission_views import waiting_on
 from worker.mission_control import MissionControl
-from workflows.admission.messages import QueueRow, admission_workflow_id
+from workflows.admission.messages import QueueRow, admission_workflow_id, queue_place
 from workflows.mission.ledger import MissionLedger
 from workflows.mission.search import MISSION_HOST_GROUP
 
@@ -32,7 +31,7 @@ def queued_children(ledger: MissionLedger) -> dict[str, str]:
 
 
 def wait_line(row: QueueRow, host_group: str) -> str:
-    return f"waiting for admission: position {row.position} in {admission_workflow_id(host_group)}, {waiting_on(row.binding_constraint)}"
+    return f"waiting for admission: {queue_place(row.position, row.binding_constraint, admission_workflow_id(host_group))}"
 
 
 async def admission_waits(

@@ -118,7 +118,7 @@ async def test_the_ui_shows_states_waits_and_details(substrate, tmp_path):
                     assert re.search(r"\b1 failed\b", listing, re.IGNORECASE), listing[-1500:]  # the failed workload
 
                     # (the UI renders Current Details as Markdown: "1/1" comes out with a fraction slash)
-                    queued = f"report #1 in the queue of admission:{host_group}, waiting on global"
+                    queued = f"report at position 1 in admission:{host_group}, waiting on global"
                     # On the workflow's first page: the timeline's ledger snapshot names it ...
                     await pages.show(
                         f"{base}/{waiting_id}", shots / "2-mission-waiting.png", queued.split(", waiting")[0],

@@ -175,6 +175,25 @@ class InboxItem(_Message):
     set_policy: PolicyChange | None = None
 
 
+def constraint_words(binding_constraint: str | None) -> str:
+    """What a queued request waits on, in words (the engine's binding constraint)."""
+    if not binding_constraint:
+        return ""
+    if binding_constraint == "none":
+        return "waiting on nothing: admitted at the next decision"
+    return f"waiting on {binding_constraint}"
+
+
+def queue_place(position: int | None, binding_constraint: str | None, queue: str | None = None) -> str:
+    """Where a queued request stands, the one wording every view uses:
+    "position 3 in admission:default, waiting on global 4/4"."""
+    place = "queued" if position is None else f"position {position}"
+    if queue is not None:
+        place += f" in {queue}"
+    waits = constraint_words(binding_constraint)
+    return f"{place}, {waits}" if waits else place
+
+
 class QueueRow(_Message):
     request_id: str
     requester: str | None

@@ -33,7 +33,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Protocol
 
-from workflows.admission.messages import AdmissionDecision, Backpressure as AdmissionBackpressure, RequesterCarry
+from workflows.admission.messages import AdmissionDecision, RequesterCarry, admission_workflow_id, queue_place
+from workflows.admission.messages import Backpressure as AdmissionBackpressure
 from workflows.admission.model import LANE_OVERRIDE_POLICY, PREEMPTION_POLICY, REQUEUE_POLICY, AdmissionRequest
 from workflows.ids import ATTEMPT_SEPARATOR, admission_request_id, workload_workflow_id
 from workflows.mission import aggregation
@@ -626,10 +627,9 @@ def queued_text(state: MissionState, admission: AdmissionView, at_most: int = 5)
     ]
     if not queued:
         return ""
+    queue = admission_workflow_id(state.spec.host_group)
     shown = "; ".join(
-        f"{child_id} #{position} in the queue of admission:{state.spec.host_group}"
-        + (f", waiting on {constraint}" if constraint else "")
-        for position, child_id, constraint in sorted(queued)[:at_most]
+        f"{child_id} at {queue_place(position, constraint, queue)}" for position, child_id, constraint in sorted(queued)[:at_most]
     )
     more = f"; and {len(queued) - at_most} more" if len(queued) > at_most else ""
     return f"; queued: {shown}{more}"

@@ -29,6 +29,7 @@ from workflows.admission.engine.state import (
     gang_members,
     held_share,
 )
+from workflows.admission.messages import queue_place
 from workflows.admission.model import (
     LANE_OVERRIDE_POLICY,
     AdmissionRequest,
@@ -243,4 +244,4 @@ def what_if(state: EngineState, request: AdmissionRequest) -> tuple[str, str]:
         if victims:
             return "admitted", f"would preempt {', '.join(victim.request_id for victim in victims)}"
     ahead = queue_position(state, rec) if state.queued_count else 1
-    return "queued", f"position {ahead}, waiting on {binding_constraint(state, rec.class_key)}"
+    return "queued", queue_place(ahead, binding_constraint(state, rec.class_key))
