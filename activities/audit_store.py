@@ -12,13 +12,12 @@ from __future__ import annotations
 import asyncio
 import inspect
 import json
-import sqlite3
 from pathlib import Path
 from typing import Protocol
 
 from temporalio import activity
 
-from activities.sqlite_wal import use_wal
+from activities.sqlite_file import SqliteFile
 from workflows.admission.model import AuditEvent
 from workflows.audit import AuditExport
 
@@ -57,15 +56,8 @@ class AsyncAuditStore(Protocol):
 
 class AuditStore:
     def __init__(self, path: Path | str) -> None:
-        self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        with self._connect() as db:
-            use_wal(db)
-            for statement in _SCHEMA:
-                db.execute(statement)
-
-    def _connect(self) -> sqlite3.Connection:
-        return sqlite3.connect(self.path, timeout=30)
+        self._file = SqliteFile(path, _SCHEMA)
+        self.path = self._file.path
 
     def append(self, export: AuditExport) -> int:
         """Store a batch; returns how many events were new."""
@@ -74,7 +66,7 @@ class AuditStore:
              event.model_dump_json())
             for event in export.events
         ]
-        with self._connect() as db:
+        with self._file.transaction() as db:
             before = db.total_changes
             db.executemany("INSERT OR IGNORE INTO admission_audit VALUES (?, ?, ?, ?, ?, ?, ?)", rows)
             return db.total_changes - before
@@ -85,7 +77,7 @@ class AuditStore:
         if request_id is not None:
             query += " AND request_id = ?"
             params.append(request_id)
-        with self._connect() as db:
+        with self._file.transaction() as db:
             rows = db.execute(query + " ORDER BY chain, seq", params).fetchall()
         return [AuditEvent.model_validate(json.loads(row[0])) for row in rows]
 

@@ -19,9 +19,6 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import inspect
-import sqlite3
-from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Protocol, runtime_checkable
@@ -29,7 +26,7 @@ from typing import Protocol, runtime_checkable
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from activities.sqlite_wal import use_wal
+from activities.sqlite_file import SqliteFile
 from workflows.mission.ledger import (
     WRITE_LEDGER_SNAPSHOT_ACTIVITY,
     MissionLedger,
@@ -158,22 +155,8 @@ class SqliteLedgerStore:
     """`LedgerStore` in one SQLite file (WAL), safe for several worker processes on one host."""
 
     def __init__(self, path: Path | str) -> None:
-        self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        with self._connect() as db:
-            use_wal(db)
-            for statement in _SCHEMA:
-                db.execute(statement)
-
-    @contextmanager
-    def _connect(self) -> Iterator[sqlite3.Connection]:
-        """One transaction on a fresh connection, closed afterwards (worker threads share nothing)."""
-        db = sqlite3.connect(self.path, timeout=30)
-        try:
-            with db:
-                yield db
-        finally:
-            db.close()
+        self._file = SqliteFile(path, _SCHEMA)
+        self.path = self._file.path
 
     def write(self, ledger: MissionLedger) -> SnapshotRef:
         """Store `ledger` as snapshot `ledger.snapshot_seq`; a no-op if that exact snapshot is stored.
@@ -183,7 +166,7 @@ class SqliteLedgerStore:
         ref, text = snapshot_ref(ledger)
         digest = ref.content_hash
         stored_at = datetime.now(timezone.utc).isoformat()
-        with self._connect() as db:
+        with self._file.transaction() as db:
             inserted = db.execute(
                 "INSERT INTO mission_ledger_snapshots VALUES (?, ?, ?, ?, ?, ?) "
                 "ON CONFLICT (mission_id, snapshot_seq) DO NOTHING",
@@ -201,7 +184,7 @@ class SqliteLedgerStore:
 
     def latest(self, mission_id: str) -> MissionLedger | None:
         """The snapshot with the highest seq, or None if the mission has none."""
-        with self._connect() as db:
+        with self._file.transaction() as db:
             row = db.execute(
                 "SELECT snapshot_seq, content_hash, ledger FROM mission_ledger_snapshots WHERE mission_id = ? "
                 "ORDER BY snapshot_seq DESC LIMIT 1",
@@ -210,7 +193,7 @@ class SqliteLedgerStore:
         return None if row is None else load_snapshot(mission_id, *row)
 
     def get(self, mission_id: str, seq: int) -> MissionLedger | None:
-        with self._connect() as db:
+        with self._file.transaction() as db:
             row = db.execute(
                 "SELECT snapshot_seq, content_hash, ledger FROM mission_ledger_snapshots "
                 "WHERE mission_id = ? AND snapshot_seq = ?",
@@ -220,7 +203,7 @@ class SqliteLedgerStore:
 
     def history(self, mission_id: str) -> list[SnapshotRef]:
         """Every stored snapshot of the mission, oldest first (seq numbers may have gaps)."""
-        with self._connect() as db:
+        with self._file.transaction() as db:
             rows = db.execute(
                 "SELECT snapshot_seq, content_hash FROM mission_ledger_snapshots WHERE mission_id = ? "
                 "ORDER BY snapshot_seq",
