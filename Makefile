@@ -36,14 +36,14 @@ test: $(STAMP)
 test-fast: $(STAMP)
 	CONDUCTOR_PROPERTY_EXAMPLES=10 $(PY) -m pytest -q -m "pure and not slow" $(PYTEST_ARGS)
 
-BENCHMARKS := bench/admission_engine.py bench/admission_throughput.py bench/admission_sustained.py bench/admission_carried.py bench/ledger_fold.py bench/mission_fanout.py bench/admission_holders.py
+BENCHMARKS := admission_engine admission_throughput admission_sustained admission_carried ledger_fold mission_fanout admission_holders
 
 bench: $(STAMP) bytecode
-	@for b in $(BENCHMARKS); do echo "== $$b"; $(PY) $$b || exit 1; done
+	@for b in $(BENCHMARKS); do echo "== bench.$$b"; $(PY) -m bench.$$b || exit 1; done
 
 # The full chaos suite (about 3 minutes); `make test` runs its short form.
 chaos: $(STAMP) bytecode
-	$(PY) bench/chaos.py
+	$(PY) -m bench.chaos
 
 clean:
 	rm -rf $(VENV) .conductor .pytest_cache

@@ -1,6 +1,6 @@
 """The continue-as-new input of a singleton holding N leases, in the carried format of before and now.
 
-Run: `.venv/bin/python bench/admission_carried.py [--leases 20000,50000,100000,200000] [--shape all]`.
+Run: `.venv/bin/python -m bench.admission_carried [--leases 20000,50000,100000,200000] [--shape all]`.
 Not part of the test-suite (tests/engine/test_admission_carried_state.py asserts a bound at 100,000 leases).
 
 Bytes are those of the JSON payload the pydantic data converter produces for the real
@@ -25,26 +25,22 @@ expiries differ between requesters as they do in a running singleton. Two id sha
 
 from __future__ import annotations
 
-import os
 import sys
 
-_REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-if _REPO not in sys.path:
-    sys.path.insert(0, _REPO)
 
-import argparse  # noqa: E402
-import json  # noqa: E402
-import random  # noqa: E402
-import uuid  # noqa: E402
-from collections import deque  # noqa: E402
-from datetime import datetime, timedelta, timezone  # noqa: E402
-from typing import NamedTuple  # noqa: E402
+import argparse
+import json
+import random
+import uuid
+from collections import deque
+from datetime import datetime, timedelta, timezone
+from typing import NamedTuple
 
-from pydantic import BaseModel  # noqa: E402
+from pydantic import BaseModel
 
-from workflows.admission import codec, engine  # noqa: E402
-from workflows.admission.messages import AdmissionWorkflowInput, CarriedState  # noqa: E402
-from workflows.admission.model import AdmissionPolicy, AdmissionRequest, AuditEvent, Extend, Submit  # noqa: E402
+from workflows.admission import codec, engine
+from workflows.admission.messages import AdmissionWorkflowInput, CarriedState
+from workflows.admission.model import AdmissionPolicy, AdmissionRequest, AuditEvent, Extend, Submit
 
 PER_REQUESTER = 10
 SHAPES = ("sustained", "mission", "mixed")

@@ -1,6 +1,6 @@
 """Admission engine cost per operation at 1,000 / 10,000 / 100,000 queued requests.
 
-    .venv/bin/python bench/admission_engine.py [--ops 2000] [--features-only] [--gang-placement shared|random]
+    .venv/bin/python -m bench.admission_engine [--ops 2000] [--features-only] [--gang-placement shared|random]
 
 The same mixed workload (submit, renew, release, cancel, reconcile) runs on the
 engine and, at 1,000 queued, on the reference implementation of the tests
@@ -26,16 +26,13 @@ from __future__ import annotations
 import argparse
 import random
 from collections import Counter
-import sys
 import time
 from datetime import datetime, timedelta, timezone
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.support import admission_reference as reference  # noqa: E402
-from workflows.admission import engine  # noqa: E402
-from workflows.admission.model import (  # noqa: E402
+from tests.support import admission_reference as reference
+from workflows.admission import engine
+from workflows.admission.model import (
     AdmissionPolicy,
     AdmissionRequest,
     Cancel,

@@ -1,7 +1,7 @@
 """Holders on a host group (docs/admission-api.md): what `conductor admission run` adds before the
 command runs, and how fast clients that are not workflows are admitted next to workflow requesters.
 
-    .venv/bin/python bench/admission_holders.py [--runs 20] [--n 100] [--concurrency 20]
+    .venv/bin/python -m bench.admission_holders [--runs 20] [--n 100] [--concurrency 20]
 
 1. Wrapper latency on an idle host group: from spawning `conductor admission run -- sh -c ...` to
    the command running (it writes the time it started), median and p99, against the same `sh -c`
@@ -31,21 +31,20 @@ import time
 import uuid
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from temporalio.testing import WorkflowEnvironment  # noqa: E402
+from temporalio.testing import WorkflowEnvironment
 
-from activities.admission import set_policy_with_start  # noqa: E402
-from worker.binaries import temporal_cli  # noqa: E402
-from worker.config import WorkerConfig  # noqa: E402
-from worker.lease import acquire  # noqa: E402
-from worker.payloads import DATA_CONVERTER  # noqa: E402
-from worker.worker import build_worker  # noqa: E402
-from workflows.admission.holders import HeldRequest  # noqa: E402
-from workflows.admission.messages import PolicyChange  # noqa: E402
-from workflows.admission.model import AdmissionPolicy  # noqa: E402
-from workflows.admission.probe import AdmissionProbeWorkflow, ProbeInput, ProbeRequest, ProbeResult  # noqa: E402
-from workflows.mission.search import SEARCH_ATTRIBUTES  # noqa: E402
+from activities.admission import set_policy_with_start
+from worker.binaries import temporal_cli
+from worker.config import WorkerConfig
+from worker.lease import acquire
+from worker.payloads import DATA_CONVERTER
+from worker.worker import build_worker
+from workflows.admission.holders import HeldRequest
+from workflows.admission.messages import PolicyChange
+from workflows.admission.model import AdmissionPolicy
+from workflows.admission.probe import AdmissionProbeWorkflow, ProbeInput, ProbeRequest, ProbeResult
+from workflows.mission.search import SEARCH_ATTRIBUTES
 
 CONDUCTOR = [sys.executable, "-c", "from worker.cli import main; main()"]
 HOST_GROUP = "bench-holders"

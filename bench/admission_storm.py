@@ -1,6 +1,6 @@
 """Holder storm: many holders on one host group of a few slots, at Temporal's default limits.
 
-    .venv/bin/python bench/admission_storm.py [--holders 40] [--slots 4] [--seconds 90] [--hold-ms 50:400]
+    .venv/bin/python -m bench.admission_storm [--holders 40] [--slots 4] [--seconds 90] [--hold-ms 50:400]
                                               [--kill-every 15] [--runs 1] [--seed S] [--scratch DIR] [--keep]
 
 A stack of separate processes on loopback (bench/chaos.py's Stack): the Temporal dev server with
@@ -39,20 +39,17 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+from temporalio.api.enums.v1 import EventType, WorkflowTaskFailedCause
+from temporalio.client import Client, WorkflowExecutionStatus
+from temporalio.service import RPCError
 
-from temporalio.api.enums.v1 import EventType, WorkflowTaskFailedCause  # noqa: E402
-from temporalio.client import Client, WorkflowExecutionStatus  # noqa: E402
-from temporalio.service import RPCError  # noqa: E402
-
-from activities.admission import set_policy_with_start  # noqa: E402
-from worker.connection import retryable  # noqa: E402
-from worker.lease import HostGroupWatch, NotAdmitted, acquire  # noqa: E402
-from workflows.admission.holder_workflow import LIVE_STATES  # noqa: E402
-from workflows.admission.holders import HeldRequest, holder_workflow_id  # noqa: E402
-from workflows.admission.messages import AdmissionDecision, LeaseRow, PolicyChange, admission_workflow_id  # noqa: E402
-from workflows.admission.model import AdmissionPolicy  # noqa: E402
+from activities.admission import set_policy_with_start
+from worker.connection import retryable
+from worker.lease import HostGroupWatch, NotAdmitted, acquire
+from workflows.admission.holder_workflow import LIVE_STATES
+from workflows.admission.holders import HeldRequest, holder_workflow_id
+from workflows.admission.messages import AdmissionDecision, LeaseRow, PolicyChange, admission_workflow_id
+from workflows.admission.model import AdmissionPolicy
 
 
 BUSY = "slots busy (worker's downtime left out)"

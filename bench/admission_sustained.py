@@ -1,6 +1,6 @@
 """Sustained admission: held leases renewed at a short TTL while new requests keep arriving.
 
-Run: `.venv/bin/python bench/admission_sustained.py [--quick] [--steps 1000,2000,5000] [--ttl 15]`.
+Run: `.venv/bin/python -m bench.admission_sustained [--quick] [--steps 1000,2000,5000] [--ttl 15]`.
 Not part of the test-suite (tests/e2e/test_bench_admission_sustained.py runs `--quick` for its shape).
 
 Lease holders are requester workflows that use the real `AdmissionClient`: each submits one batch
@@ -42,16 +42,12 @@ import sys
 
 from temporalio import workflow
 
-if not workflow.unsafe.in_sandbox():  # the sandbox forbids filesystem calls at import time
-    _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    if _REPO not in sys.path:
-        sys.path.insert(0, _REPO)
 
-import asyncio  # noqa: E402
-import time  # noqa: E402
-from datetime import datetime, timedelta  # noqa: E402
+import asyncio
+import time
+from datetime import datetime, timedelta
 
-from pydantic import BaseModel, ConfigDict  # noqa: E402
+from pydantic import BaseModel, ConfigDict
 
 with workflow.unsafe.imports_passed_through():
     from workflows.admission.client import AdmissionClient, Renewal

@@ -1,6 +1,6 @@
 """Admission throughput on the embedded dev server, against a signal round-trip ceiling.
 
-Run: `.venv/bin/python bench/admission_throughput.py [--n 200] [--repeats 3] [--experiments]`.
+Run: `.venv/bin/python -m bench.admission_throughput [--n 200] [--repeats 3] [--experiments]`.
 Not part of the test-suite: it prints figures and ratios, it does not pass or fail.
 
 Every scenario starts the same N requester workflows at once from the client; each is run
@@ -41,16 +41,12 @@ import sys
 
 from temporalio import workflow
 
-if not workflow.unsafe.in_sandbox():  # the sandbox forbids filesystem calls at import time
-    _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    if _REPO not in sys.path:
-        sys.path.insert(0, _REPO)
 
-import asyncio  # noqa: E402
-import time  # noqa: E402
-from datetime import datetime, timedelta  # noqa: E402
+import asyncio
+import time
+from datetime import datetime, timedelta
 
-from pydantic import BaseModel, ConfigDict  # noqa: E402
+from pydantic import BaseModel, ConfigDict
 
 with workflow.unsafe.imports_passed_through():
     from workflows.admission.client import AdmissionClient

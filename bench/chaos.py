@@ -1,6 +1,6 @@
 """Chaos: missions through the whole stack, every part a separate process, while the suite breaks them.
 
-    .venv/bin/python bench/chaos.py [--scenario NAME[,NAME...]] [--missions N] [--children K] [--seed S]
+    .venv/bin/python -m bench.chaos [--scenario NAME[,NAME...]] [--missions N] [--children K] [--seed S]
                                     [--quick] [--scratch DIR] [--keep]
 
 Each scenario gets a stack of its own on loopback, all of it separate processes: the Temporal dev
@@ -60,27 +60,26 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+from temporalio.client import Client, WorkflowExecutionStatus
+from worker.payloads import DATA_CONVERTER
+from temporalio.service import RPCError, RPCStatusCode
 
-from temporalio.client import Client, WorkflowExecutionStatus  # noqa: E402
-from worker.payloads import DATA_CONVERTER  # noqa: E402
-from temporalio.service import RPCError, RPCStatusCode  # noqa: E402
-
-from bench.procstat import cmdline  # noqa: E402
-from substrate.procs import alive, stat_fields  # noqa: E402
+from bench.procstat import cmdline
+from substrate.procs import alive, stat_fields
 from worker.devserver import dev_server_command
-from worker.search_attributes import registered as registered_search_attributes  # noqa: E402
-from worker.mission_control import MissionControl, MissionIdUsed, parse_spec  # noqa: E402
-from worker.ports import free_port  # noqa: E402
-from worker.process import exit_now  # noqa: E402
-from workflows.admission.messages import LeaseRow, admission_workflow_id  # noqa: E402
-from workflows.admission.model import AdmissionPolicy, AuditEvent  # noqa: E402
-from workflows.mission.ledger import MissionLedger  # noqa: E402
-from workflows.mission.messages import admission_request_id, mission_workflow_id  # noqa: E402
-from workflows.mission.search import SEARCH_ATTRIBUTES  # noqa: E402
-from workflows.workload.client import workload_workflow_id  # noqa: E402
-from workflows.workload.record import fleet_child_id  # noqa: E402
+from worker.search_attributes import registered as registered_search_attributes
+from worker.mission_control import MissionControl, MissionIdUsed, parse_spec
+from worker.ports import free_port
+from worker.process import exit_now
+from workflows.admission.messages import LeaseRow, admission_workflow_id
+from workflows.admission.model import AdmissionPolicy, AuditEvent
+from workflows.mission.ledger import MissionLedger
+from workflows.mission.messages import admission_request_id, mission_workflow_id
+from workflows.mission.search import SEARCH_ATTRIBUTES
+from workflows.workload.client import workload_workflow_id
+from workflows.workload.record import fleet_child_id
+
+REPO = Path(__file__).resolve().parents[1]
 
 HOST = "127.0.0.1"
 NAMESPACE = "default"

@@ -1,7 +1,7 @@
 """A fault-injecting TCP proxy on loopback, for bench/chaos.py.
 
-    .venv/bin/python bench/faultproxy.py --target 127.0.0.1:PORT --mode http [--http-503 0.1] [--drop 0.05]
-    .venv/bin/python bench/faultproxy.py --target 127.0.0.1:PORT --mode tcp [--drop 0.1] [--reset 0.3] [--latency-ms 0:20]
+    .venv/bin/python -m bench.faultproxy --target 127.0.0.1:PORT --mode http [--http-503 0.1] [--drop 0.05]
+    .venv/bin/python -m bench.faultproxy --target 127.0.0.1:PORT --mode tcp [--drop 0.1] [--reset 0.3] [--latency-ms 0:20]
 
 It listens on 127.0.0.1 only (`--port`, 0 picks a free one) and connects only to a loopback
 target, prints `faultproxy listening on 127.0.0.1:PORT` once bound, and stops by itself after

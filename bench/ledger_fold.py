@@ -1,6 +1,6 @@
 """Folding a batch into a mission ledger: one aggregation per batch vs. one per change.
 
-    .venv/bin/python bench/ledger_fold.py [--children 100 1000] [--rounds 5]
+    .venv/bin/python -m bench.ledger_fold [--children 100 1000] [--rounds 5]
 
 What a mission does in the workflow task that starts its children: fold one admission decision
 per child, then list one attempt per child, then (as they end) one observation per child. The
@@ -16,19 +16,16 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import time
 from collections.abc import Callable
 from datetime import datetime, timezone
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from workflows.mission import aggregation  # noqa: E402
-from workflows.mission.aggregation import AttemptStart  # noqa: E402
-from workflows.mission.ledger import ChildAdmission, MissionLedger  # noqa: E402
-from workflows.mission.observation import ChildObservation  # noqa: E402
-from workflows.mission.spec import MissionSpec  # noqa: E402
+from workflows.mission import aggregation
+from workflows.mission.aggregation import AttemptStart
+from workflows.mission.ledger import ChildAdmission, MissionLedger
+from workflows.mission.observation import ChildObservation
+from workflows.mission.spec import MissionSpec
 
 AT = datetime(2026, 12, 3, tzinfo=timezone.utc)
 

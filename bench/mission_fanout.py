@@ -1,6 +1,6 @@
 """Mission fan-out: 100 one-shot children through the whole stack vs. 100 no-op child workflows.
 
-    .venv/bin/python bench/mission_fanout.py [--children 100] [--rounds 3]
+    .venv/bin/python -m bench.mission_fanout [--children 100] [--rounds 3]
 
 One process, one dev server, one worker. The ceiling is one parent workflow that
 starts N no-op child workflows and waits for them: the least a fan-out of N costs
@@ -21,29 +21,27 @@ import asyncio
 import os
 import secrets
 import statistics
-import sys
 import tempfile
 import time
 from datetime import timedelta
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from worker.payloads import DATA_CONVERTER  # noqa: E402
-from temporalio.testing import WorkflowEnvironment  # noqa: E402
+from worker.payloads import DATA_CONVERTER
+from temporalio.testing import WorkflowEnvironment
 
-from activities.fleet import FleetActivities  # noqa: E402
-from substrate.server import spawn  # noqa: E402
-from worker.binaries import temporal_cli  # noqa: E402
-from worker.config import WorkerConfig  # noqa: E402
-from worker.mission_control import MissionControl, parse_spec  # noqa: E402
-from worker.process import exit_now  # noqa: E402
-from worker.worker import build_worker  # noqa: E402
-from workflows.admission.model import AdmissionPolicy  # noqa: E402
-from workflows.mission.search import SEARCH_ATTRIBUTES  # noqa: E402
+from activities.fleet import FleetActivities
+from substrate.server import spawn
+from worker.binaries import temporal_cli
+from worker.config import WorkerConfig
+from worker.mission_control import MissionControl, parse_spec
+from worker.process import exit_now
+from worker.worker import build_worker
+from workflows.admission.model import AdmissionPolicy
+from workflows.mission.search import SEARCH_ATTRIBUTES
 
-from fanout_workflows import FanoutParent, NoopChild  # noqa: E402  (bench/, beside this file)
-from bench.procstat import cpu_seconds, dev_server_pid  # noqa: E402
+from bench.fanout_workflows import FanoutParent, NoopChild
+from bench.procstat import cpu_seconds, dev_server_pid
 
 
 class CpuMeter:

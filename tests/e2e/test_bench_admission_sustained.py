@@ -8,7 +8,6 @@ killed holder ending before the run does.
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -25,10 +24,8 @@ def results(output: str) -> list[dict[str, str]]:
 
 
 def test_quick_run_prints_every_step_of_every_design_and_loses_no_lease():
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
     run = subprocess.run(
-        [sys.executable, str(ROOT / "bench" / "admission_sustained.py"), "--quick"],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
+        [sys.executable, "-m", "bench.admission_sustained", "--quick"], cwd=ROOT, capture_output=True, text=True, timeout=300,
     )
     assert run.returncode == 0, run.stderr[-3000:]
     rows = results(run.stdout)

@@ -21,7 +21,6 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-CHAOS = REPO / "bench" / "chaos.py"
 SEED = "20260101"  # a fixed schedule of faults; the timing of the processes still varies
 
 pytestmark = [pytest.mark.chaos, pytest.mark.timeout(75)]
@@ -45,7 +44,7 @@ def _ours(scratch: Path) -> dict[int, str]:
 
 @pytest.mark.parametrize("scenario", ["worker-kill", "temporal-kill", "fault-proxy", "lease-expiry", "holder-chaos"])
 def test_chaos_scenario_keeps_every_invariant(scenario: str, tmp_path: Path) -> None:
-    command = [sys.executable, str(CHAOS), "--quick", "--scenario", scenario, "--seed", SEED, "--scratch", str(tmp_path)]
+    command = [sys.executable, "-m", "bench.chaos", "--quick", "--scenario", scenario, "--seed", SEED, "--scratch", str(tmp_path)]
     process = subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         output, _ = process.communicate(timeout=65)

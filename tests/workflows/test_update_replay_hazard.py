@@ -56,7 +56,7 @@ def test_the_workflows_every_client_of_a_host_group_calls_take_no_update() -> No
 
 
 def test_a_storm_with_worker_kills_is_recorded_with_its_killed_tasks_and_no_update() -> None:
-    assert STORM, "record it: .venv/bin/python bench/admission_storm.py --save-histories tests/histories (see its README row)"
+    assert STORM, "record it: .venv/bin/python -m bench.admission_storm --save-histories tests/histories (see its README row)"
     kinds = [_kind(event) for path in STORM for event in _events(path)]
     assert "WORKFLOW_TASK_TIMED_OUT" in kinds  # a worker died holding a task
     assert kinds.count("WORKFLOW_EXECUTION_SIGNALED") > 100 and "TIMER_FIRED" in kinds
