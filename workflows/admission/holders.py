@@ -25,17 +25,9 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict
 
-from workflows.admission.model import (
-    AdmissionRequest,
-    Duration,
-    Identifier,
-    Name,
-    PriorityClass,
-    RuntimeKind,
-)
-from workflows.limits import MAX_PRIORITY, MIN_PRIORITY
+from workflows.admission.model import AdmissionRequest, Identifier, Placement
 
 HOLDER_PREFIX = "holder:"
 HOLDER_WORKFLOW = "AdmissionHolder"
@@ -57,21 +49,13 @@ class _Message(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-class HeldRequest(_Message):
+class HeldRequest(Placement):
     """What a holder asks for: an AdmissionRequest without its time, which the singleton stamps
     (a holder's clock never decides its place in the queue). No gangs: a gang is one orchestrator's
     children, which a mission submits together."""
 
     request_id: Identifier
     orchestrator_id: Identifier
-    environment: Name = "default"
-    provider: Name = "local"
-    runtime_kind: RuntimeKind = "host"
-    priority: int = Field(default=0, ge=MIN_PRIORITY, le=MAX_PRIORITY)
-    queue_timeout_seconds: Duration = 3600
-    preemptible: bool = False
-    lane: Name | None = None
-    priority_class: PriorityClass = "P2"
 
     def submitted(self, at: datetime) -> AdmissionRequest:
         return AdmissionRequest(submitted_at=at, **self.model_dump())

@@ -12,7 +12,7 @@ from typing import Annotated, Literal, Union
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
-from workflows.limits import MAX_DURATION_SECONDS, MAX_OPERATOR_CHARS
+from workflows.limits import MAX_DURATION_SECONDS, MAX_OPERATOR_CHARS, MAX_PRIORITY, MIN_PRIORITY
 
 RuntimeKind = Literal["host", "container", "vm", "microvm", "custom"]
 PriorityClass = Literal["P0", "P1", "P2", "P3"]
@@ -130,20 +130,31 @@ class AdmissionPolicy(_Strict):
         return self.default_host_quota if runtime_kind == "host" else None
 
 
-class AdmissionRequest(_Strict):
+class Placement(_Strict):
+    """Where a workload asks to run and how it competes for admission: the fields the engine places
+    by, with one set of defaults, shared by the engine's request, a holder's request
+    (`holders.HeldRequest`) and a mission's child (`mission.spec.ChildSpec`)."""
+
+    environment: Name = "default"
+    provider: Name = "local"
+    runtime_kind: RuntimeKind = "host"
+    priority: int = Field(default=0, ge=MIN_PRIORITY, le=MAX_PRIORITY)
+    preemptible: bool = False
+    lane: Name | None = None
+    priority_class: PriorityClass = "P2"
+    queue_timeout_seconds: Duration = 3600
+
+    def placement(self) -> dict[str, object]:
+        """Just these fields, to build another model on them (a child's admission request)."""
+        return {name: getattr(self, name) for name in Placement.model_fields}
+
+
+class AdmissionRequest(Placement):
     """One workload asking to run on the host group."""
 
     request_id: Identifier
     orchestrator_id: Identifier
-    environment: Name
-    provider: Name
-    runtime_kind: RuntimeKind
-    priority: int
     submitted_at: AwareDatetime
-    queue_timeout_seconds: Duration
-    preemptible: bool = False
-    lane: Name | None = None
-    priority_class: PriorityClass = "P2"
     # Gang admission: requests of one orchestrator with the same gang id run all together or not at
     # all; every member names the same gang size (how many members the gang has).
     gang_id: Identifier | None = None

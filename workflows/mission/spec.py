@@ -15,7 +15,7 @@ from pydantic import (
     model_validator,
 )
 
-from workflows.admission.model import Duration, Identifier, Name, PriorityClass, RuntimeKind
+from workflows.admission.model import Identifier, Placement
 from workflows.contract import ArtifactKind, Budgets, Id, WorkloadKind, WorkloadPolicy
 from workflows.credential_material import find_credential_material
 from workflows.ids import (
@@ -33,11 +33,9 @@ from workflows.ids import (
 from workflows.limits import (
     MAX_GOAL_CHARS,
     MAX_ID_CHARS,
-    MAX_PRIORITY,
     MAX_PROMPT_CHARS,
     MAX_SPEC_JSON_BYTES,
     MAX_WORKFLOW_ID_CHARS,
-    MIN_PRIORITY,
 )
 
 LONG_LIVED_KINDS: frozenset[str] = frozenset({"daemon", "persistent-agent", "scheduled-collector"})
@@ -134,8 +132,9 @@ class Admission(_Spec):
     mode: Literal["independent", "gang"] = "independent"
 
 
-class ChildSpec(_Spec):
-    """One child workload: what runs, where it may run, and how it competes for admission."""
+class ChildSpec(Placement):
+    """One child workload: what runs, where it may run, and how it competes for admission
+    (`Placement`: what the admission request built from this child takes)."""
 
     child_id: SpecId
     kind: WorkloadKind
@@ -143,21 +142,12 @@ class ChildSpec(_Spec):
         min_length=1, max_length=MAX_PROMPT_CHARS,
         description="what the executor runs (a /bin/sh command on the local substrate)",
     )
-    runtime_kind: RuntimeKind = "host"
-    # Name and Duration: what the admission request built from this child takes.
-    environment: Name = "default"
-    provider: Name = "local"
-    priority: int = Field(default=0, ge=MIN_PRIORITY, le=MAX_PRIORITY)
-    preemptible: bool = False
-    lane: Name | None = None
-    priority_class: PriorityClass = "P2"
     required_evidence: list[ArtifactKind] = Field(default_factory=list)
     schedule: Text | None = Field(default=None, min_length=1)
     target_id: SpecId | None = None
     policy: WorkloadPolicy | None = None
     budgets: Budgets = Field(default_factory=lambda: Budgets(max_attempts=1, timeout_seconds=600))
     verifier: Text | None = Field(default=None, min_length=1)
-    queue_timeout_seconds: Duration = 3600
 
     @property
     def long_lived(self) -> bool:
