@@ -9,7 +9,7 @@ Responses are read leniently: a field the server adds must not stop a mission, s
 fields are ignored, and each (model, field) is logged once at WARNING so the drift is seen.
 Requests are ours and stay strict (`extra="forbid"`). Pure data, no I/O.
 
-The requests we send are built here too: `build_message` turns a `Dispatch` into the A2A
+The requests we send are built here too: `build_message` turns a workload's `TaskDispatch` into the A2A
 `MessageSendParams` of `POST /agents/{instance}/v1/messages:send`, with the runtime extension's
 data in `message.metadata[RUNTIME_EXTENSION]` (see the executor-plane requests below).
 
@@ -35,6 +35,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt, model_validator
 from pydantic.alias_generators import to_camel
 
 from workflows.contract import WorkloadKind, WorkloadRecord
+from workflows.workload.messages import TaskDispatch
 
 log = logging.getLogger(__name__)
 
@@ -381,19 +382,7 @@ class RuntimeDispatch(_Request):
     schedule: str | None = Field(default=None, min_length=1)
 
 
-class Dispatch(_Request):
-    """Everything needed to start one workload's task; `build_message` turns it into A2A."""
-
-    message_id: str = Field(min_length=1, max_length=256)
-    child_id: _ChildId | None = None  # None: a command for no workload record (a verifier)
-    kind: WorkloadKind
-    prompt: str = Field(min_length=1)
-    timeout_seconds: int | None = Field(default=None, ge=1)
-    schedule: str | None = None
-    context_id: str | None = None
-
-
-def build_message(dispatch: Dispatch) -> MessageSendParams:
+def build_message(dispatch: TaskDispatch) -> MessageSendParams:
     runtime = RuntimeDispatch(
         child_id=dispatch.child_id,
         kind=dispatch.kind,

@@ -39,7 +39,7 @@ from typing import Any, TypeVar
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from activities.agentic_sandbox_api import Dispatch, RuntimeIdentity, Task, TaskArtifacts
+from activities.agentic_sandbox_api import RuntimeIdentity, Task, TaskArtifacts
 from activities.credentials import (
     EXECUTOR_TOKEN_ENV,
     FLEET_TOKEN_ENV,
@@ -88,6 +88,7 @@ from workflows.workload.messages import (
     Refusal,
     RunVerifier,
     TargetList,
+    TaskDispatch,
     TaskOutput,
     TaskRef,
     TaskView,
@@ -348,7 +349,7 @@ class FleetActivities:
     async def dispatch_task(self, request: DispatchTask) -> TaskView:
         """A2A `messages:send` with `messageId` = the dispatch id: sending it again finds the same task."""
         _, executor = self._clients()
-        dispatch = Dispatch.model_validate(request.dispatch.model_dump())
+        dispatch = request.dispatch
         task = await self._call(DISPATCH_TASK, lambda: executor.send_message(request.instance_id, dispatch))
         return task_view(request.instance_id, task, DEFAULT_OUTPUT_CHARS)
 
@@ -480,7 +481,7 @@ class FleetActivities:
         itself) it is cancelled and does not pass.
         """
         _, executor = self._clients()
-        dispatch = Dispatch(
+        dispatch = TaskDispatch(
             message_id=request.message_id,
             kind="one-shot-command",
             prompt=request.command,

@@ -48,7 +48,6 @@ from activities.agentic_sandbox_api import (
     IDEMPOTENCY_EXTENSION,
     RUNTIME_EXTENSION,
     AdmitResponse,
-    Dispatch,
     FleetError,
     Instance,
     InstancesList,
@@ -68,7 +67,7 @@ from workflows.contract import (
     WorkloadStatus,
     to_wire,
 )
-from workflows.workload.messages import Target
+from workflows.workload.messages import TaskDispatch, Target
 
 M = TypeVar("M", bound=BaseModel)
 log = logging.getLogger(__name__)
@@ -368,9 +367,9 @@ class ExecutorClient(_Client):
     EXTENSIONS = f"{RUNTIME_EXTENSION}, {IDEMPOTENCY_EXTENSION}"
     CANCEL_EXTENSIONS = RUNTIME_EXTENSION
 
-    async def send_message(self, instance_id: str, message: Dispatch | MessageSendParams) -> Task:
+    async def send_message(self, instance_id: str, message: TaskDispatch | MessageSendParams) -> Task:
         """Start (or, for a known `messageId`, find again) the task for one workload."""
-        params = build_message(message) if isinstance(message, Dispatch) else message
+        params = build_message(message) if isinstance(message, TaskDispatch) else message
         response = await self._request(
             "POST",
             f"/agents/{_segment(instance_id)}/v1/messages:send",

@@ -24,7 +24,6 @@ from temporalio.testing import ActivityEnvironment
 
 from activities.agentic_sandbox_api import (
     RUNTIME_EXTENSION,
-    Dispatch,
     ReconcileRequest,
     RuntimeIdentity,
     Task,
@@ -111,8 +110,8 @@ async def executor(server: RealServer) -> AsyncIterator[ExecutorClient]:
         yield client
 
 
-def dispatch(message_id: str = "m-1:c-1") -> Dispatch:
-    return Dispatch(message_id=message_id, child_id="c-1", kind="one-shot-command", prompt="true")
+def dispatch(message_id: str = "m-1:c-1") -> TaskDispatch:
+    return TaskDispatch(message_id=message_id, child_id="c-1", kind="one-shot-command", prompt="true")
 
 
 # --- row 1: the instance list is {"items": [...]} of runtime instances -----------------------

@@ -13,7 +13,7 @@ import jsonschema
 import pytest
 
 from activities.agentic_sandbox_api import IDEMPOTENCY_EXTENSION as IDEMPOTENCY
-from activities.agentic_sandbox_api import RUNTIME_EXTENSION, Dispatch, RuntimeIdentity, build_message
+from activities.agentic_sandbox_api import RUNTIME_EXTENSION, RuntimeIdentity, build_message
 from activities.sandbox_client import (
     ExecutorClient,
     FleetClient,
@@ -42,6 +42,7 @@ from tests.support.substrate_support import (
     wait_record,
 )
 from workflows.contract import WorkloadStatus, parse_document
+from workflows.workload.messages import TaskDispatch
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -92,8 +93,8 @@ def executor_auth() -> dict[str, str]:
     return {"Authorization": f"Bearer {EXECUTOR_TOKEN}", "A2A-Extensions": RUNTIME_EXTENSION}
 
 
-def dispatch(child_id: str, prompt: str, kind: str = "one-shot-command", **options: object) -> Dispatch:
-    return Dispatch(message_id=f"msg-{child_id}", child_id=child_id, kind=kind, prompt=prompt, **options)  # type: ignore[arg-type]
+def dispatch(child_id: str, prompt: str, kind: str = "one-shot-command", **options: object) -> TaskDispatch:
+    return TaskDispatch(message_id=f"msg-{child_id}", child_id=child_id, kind=kind, prompt=prompt, **options)  # type: ignore[arg-type]
 
 
 def terminal(record: object) -> bool:
@@ -280,7 +281,7 @@ async def bind(fleet: FleetClient, child_id: str, task_id: str, session_id: str 
                         RuntimeIdentity(task_id=task_id, session_id=session_id))  # fmt: skip
 
 
-async def started(fleet: FleetClient, executor: ExecutorClient, message: Dispatch, instance: str = "local-1"):
+async def started(fleet: FleetClient, executor: ExecutorClient, message: TaskDispatch, instance: str = "local-1"):
     task = await executor.send_message(instance, message)
     await bind(fleet, message.child_id, task.id, message.context_id)
     return task
@@ -452,8 +453,8 @@ async def test_a_command_for_no_record_runs_in_the_context_where_a_childs_task_l
     record = await wait_record(fleet, "run-in-context", terminal)
     assert record.status.observed_state == "succeeded"
 
-    def plain(message_id: str, prompt: str, context_id: str | None) -> Dispatch:
-        return Dispatch(message_id=message_id, kind="one-shot-command", prompt=prompt, context_id=context_id)
+    def plain(message_id: str, prompt: str, context_id: str | None) -> TaskDispatch:
+        return TaskDispatch(message_id=message_id, kind="one-shot-command", prompt=prompt, context_id=context_id)
 
     seen = await ended_task(executor, (await executor.send_message("local-1", plain("v-1", "test -s out.txt && cat out.txt", "ctx-verify"))).id)
     assert seen.status.state == "completed" and seen.context_id == "ctx-verify"
@@ -590,7 +591,7 @@ async def test_second_dispatch_for_a_bound_workload_is_rejected(fleet: FleetClie
     await wait_record(fleet, "run-twice", terminal)
     before = await fleet.get("run-twice")
     second = await executor.send_message(
-        "local-1", Dispatch(message_id="msg-run-twice-again", child_id="run-twice", kind="one-shot-command", prompt="true")
+        "local-1", TaskDispatch(message_id="msg-run-twice-again", child_id="run-twice", kind="one-shot-command", prompt="true")
     )
     assert second.id != first.id
     assert second.status.state == "rejected" and "already bound" in (second.status_text() or "")

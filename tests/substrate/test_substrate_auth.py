@@ -16,13 +16,13 @@ import httpx
 import pytest
 
 import worker.cli
-from activities.agentic_sandbox_api import Dispatch
 from activities.sandbox_client import ExecutorClient, FleetClient, TaskNotFound, Unauthorized
 from substrate.auth import Role, RoleToken, Secret, TokenError, TokenTable, load_tokens, parse_token_file
 from substrate.config import SubstrateConfig
 from substrate.server import RunningSubstrate, serve_in_thread, spawn
 from tests.support.substrate_fixtures import substrate_config
 from tests.support.substrate_support import EXECUTOR_TOKEN, FLEET_TOKEN, make_record
+from workflows.workload.messages import TaskDispatch
 
 ADMIN_FROM_FILE = "file-admin-9c1d7e"
 OPERATOR_FROM_FILE = "file-operator-2b8f44"
@@ -187,7 +187,7 @@ async def test_tokens_from_a_token_file_never_reach_a_workload_process(
     monkeypatch.setenv("SOME_TOOL_SETTING", OPERATOR_FROM_FILE)  # a copy under an unrelated name
     async with FleetClient(server.base_url, ADMIN_FROM_FILE) as fleet, ExecutorClient(server.base_url, OPERATOR_FROM_FILE) as executor:
         await fleet.admit(make_record("auth-env"))
-        task = await executor.send_message("local-1", Dispatch(message_id="msg-auth-env", child_id="auth-env",
+        task = await executor.send_message("local-1", TaskDispatch(message_id="msg-auth-env", child_id="auth-env",
                                            kind="one-shot-command", prompt="env"))  # fmt: skip
         for _ in range(200):
             if (await executor.get_task("local-1", task.id)).status.state == "completed":

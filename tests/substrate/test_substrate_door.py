@@ -23,7 +23,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from activities.agentic_sandbox_api import RUNTIME_EXTENSION, Dispatch, build_message
+from activities.agentic_sandbox_api import RUNTIME_EXTENSION, build_message
 from substrate.app import create_app
 from substrate.config import (
     DEFAULT_MAX_JSON_DEPTH,
@@ -34,6 +34,7 @@ from substrate.config import (
 from substrate.server import RunningSubstrate, serve_in_thread
 from tests.support.substrate_fixtures import substrate_config
 from tests.support.substrate_support import EXECUTOR_TOKEN, FLEET_TOKEN, record_dict
+from workflows.workload.messages import TaskDispatch
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -101,7 +102,7 @@ def assert_json_error(response: httpx.Response, status: int, code: str | None = 
 
 
 def message(child_id: str, prompt: str = "true", message_id: str | None = None) -> dict[str, Any]:
-    dispatch = Dispatch(message_id=message_id or f"msg-{child_id}", child_id=child_id, kind="one-shot-command",
+    dispatch = TaskDispatch(message_id=message_id or f"msg-{child_id}", child_id=child_id, kind="one-shot-command",
                         prompt=prompt)  # fmt: skip
     return build_message(dispatch).wire()
 
@@ -394,7 +395,7 @@ def test_4_a_schedule_of_odd_digits_is_422(http: httpx.Client, schedule: str) ->
     child = f"door-cron-{len(schedule)}-{ord(schedule[0])}"
     record = record_dict(child, "scheduled-collector", schedule="* * * * *")
     http.post(ADMIT, json=record, headers=FLEET).raise_for_status()
-    dispatch = Dispatch(message_id=f"msg-{child}", child_id=child, kind="scheduled-collector", prompt="true",
+    dispatch = TaskDispatch(message_id=f"msg-{child}", child_id=child, kind="scheduled-collector", prompt="true",
                         schedule=schedule)  # fmt: skip
     response = http.post(SEND, json=build_message(dispatch).wire(), headers=EXECUTOR)
     assert_json_error(response, 422, "executor.invalid_schedule")

@@ -19,7 +19,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from activities.agentic_sandbox_api import Dispatch, RuntimeIdentity
+from activities.agentic_sandbox_api import RuntimeIdentity
 from activities.sandbox_client import ExecutorClient, FleetClient
 from substrate import procs
 from substrate.config import SubstrateConfig
@@ -31,6 +31,7 @@ from tests.support.substrate_support import (
     FLEET_TOKEN,
     make_record,
 )
+from workflows.workload.messages import TaskDispatch
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -48,8 +49,8 @@ def no_workload_outlives_the_test(tmp_path: Path) -> Iterator[None]:
                 os.killpg(os.getpgid(pid), signal.SIGKILL)
 
 
-def dispatch(child_id: str, prompt: str, **options: object) -> Dispatch:
-    return Dispatch(message_id=f"msg-{child_id}", child_id=child_id, kind="one-shot-command", prompt=prompt,
+def dispatch(child_id: str, prompt: str, **options: object) -> TaskDispatch:
+    return TaskDispatch(message_id=f"msg-{child_id}", child_id=child_id, kind="one-shot-command", prompt=prompt,
                     **options)  # type: ignore[arg-type]  # fmt: skip
 
 
@@ -193,7 +194,7 @@ async def test_a_re_adopted_command_ends_with_its_output_and_a_daemon_stays_up(t
         async with FleetClient(running.base_url, FLEET_TOKEN) as fleet, ExecutorClient(running.base_url, EXECUTOR_TOKEN) as executor:
             verified_id = await admit_and_dispatch(fleet, executor, "ra-verified", waiting_command(tmp_path, "verified"))
             await fleet.admit(make_record("ra-daemon", "daemon"))
-            daemon = await executor.send_message("local-1", Dispatch(message_id="msg-ra-daemon", child_id="ra-daemon",
+            daemon = await executor.send_message("local-1", TaskDispatch(message_id="msg-ra-daemon", child_id="ra-daemon",
                                                  kind="daemon", prompt=waiting_command(tmp_path, "daemon")))  # fmt: skip
             verified_pid = await read_pid(tmp_path / "verified.pid")
             daemon_pid = await read_pid(tmp_path / "daemon.pid")

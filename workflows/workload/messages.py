@@ -122,10 +122,12 @@ class WatchWorkload(_Message):
 
 
 class TaskDispatch(_Message):
-    """One workload's start message; `message_id` is its idempotency key (same id, same task)."""
+    """One workload's start message, the one model of it from the workflow to the executor's A2A
+    message (`activities.agentic_sandbox_api.build_message`); `message_id` is its idempotency key
+    (same id, same task)."""
 
     message_id: str = Field(min_length=1, max_length=256)
-    child_id: str | None = None  # None: a command for no workload record (a verifier)
+    child_id: Identifier | None = None  # None: a command for no workload record (a verifier)
     kind: WorkloadKind
     prompt: str = Field(min_length=1)
     timeout_seconds: int | None = Field(default=None, ge=1)
