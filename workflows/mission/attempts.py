@@ -58,8 +58,11 @@ def judge(
     attempt: int,
     counted: int,
     max_attempts: int,
+    request_ended: str | None = None,
 ) -> Judgement:
-    """`counted`: attempts before this one that cost the budget; `attempt`: this one's number."""
+    """`counted`: attempts before this one that cost the budget; `attempt`: this one's number;
+    `request_ended`: how the attempt's admission request ended, if the engine has ended it (out
+    of requeue attempts, ADR-004): then a lease timeout leaves nothing to run again under."""
     last = attempt >= MAX_ATTEMPT_NUMBER
     if observed_state == "succeeded":  # it did its job before it was stopped: nothing to try again
         return Judgement(False, True, "ended succeeded")
@@ -75,5 +78,7 @@ def judge(
         return Judgement(False, True, f"ended {observed_state}")
     used = counted + 1
     if used < max_attempts and not last:
+        if stop is not None and request_ended is not None:
+            return Judgement(False, True, f"{stop.reason}; the admission request ended {request_ended}")
         return Judgement(True, True, f"{timeout}; tried again (retry budget {used}/{max_attempts} used)")
     return Judgement(False, True, f"{timeout}; retry budget exhausted ({used}/{max_attempts} attempts)")

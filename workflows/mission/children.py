@@ -27,12 +27,14 @@ decision it last folded belong to a run, not to the mission: they are not carrie
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, GetCoreSchemaHandler
+from pydantic_core import core_schema
 
 from workflows.admission.messages import AdmissionDecision
 from workflows.mission.attempts import AttemptStop
+from workflows.mission.planning import Assignment
 
 Phase = Literal["waiting", "running", "over", "withdrawing", "done"]
 
@@ -41,6 +43,7 @@ class ChildRun(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     child_id: str
+    assignment: Assignment  # where it runs (the planner's answer)
     request_id: str  # its admission request now: its first attempt's, or a later one's after a preemption
     phase: Phase = "waiting"
     resubmit: bool = False  # waiting: preempted, to be admitted again under `request_id` (not yet sent)
@@ -85,3 +88,12 @@ class ChildRuns:
     def records(self) -> list[ChildRun]:
         """What continue-as-new carries (serialised without the run's own fields)."""
         return list(self._runs.values())
+
+    @classmethod
+    def __get_pydantic_core_schema__(cls, source: Any, handler: GetCoreSchemaHandler) -> core_schema.CoreSchema:
+        """As a field of a model (the mission's carried progress): the list of its records."""
+        records = handler.generate_schema(list[ChildRun])
+        return core_schema.union_schema(
+            [core_schema.is_instance_schema(cls), core_schema.no_info_after_validator_function(cls, records)],
+            serialization=core_schema.plain_serializer_function_ser_schema(cls.records, return_schema=records),
+        )

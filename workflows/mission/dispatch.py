@@ -29,7 +29,7 @@ class ChildStart:
 def child_start(state: MissionState, child_id: str, *, parent_id: str, mission: MissionInput) -> ChildStart:
     spec = state.spec
     child = state.child_spec(child_id)
-    target = state.assignments[child_id]
+    target = state.children[child_id].assignment
     attempt = state.ledger.child(child_id).attempt
     outlives_run = child.long_lived
     signalled = {"report_to_mission_by_signal": True, "watch_max_seconds": mission.alive_every_seconds}

@@ -11,11 +11,10 @@ from workflows.admission.model import OperatorName
 from workflows.ids import admission_request_id, mission_workflow_id  # noqa: F401 (defined once there)
 from workflows.inbound import Refused, argument, describe
 from workflows.limits import MAX_REVIEW_REASON_CHARS
-from workflows.mission.children import ChildRun
+from workflows.mission.children import ChildRuns
 from workflows.mission.executor_v1 import ExecutorDispatch, is_dispatch
 from workflows.mission.ledger import MissionLedger
 from workflows.mission.observation import ChildObservation
-from workflows.mission.planning import Assignment
 from workflows.mission.spec import MissionSpec
 
 MISSION_WORKFLOW = "MissionWorkflow"
@@ -28,17 +27,26 @@ class WorkflowIds(BaseModel):
     ids: list[str]
 
 
-class MissionCarry(BaseModel):
-    """What a MissionWorkflow hands to its next run at continue-as-new: the ledger, where each
-    child stands, and its admission requests. Children started by earlier runs keep running;
-    the new run follows them by their signals (see `workflows.mission.workflow`)."""
+class MissionProgress(BaseModel):
+    """What the mission's supervisor has made of it so far: the ledger, where each routed child
+    stands (workflows.mission.children) and the observations not folded yet. Carried whole at
+    continue-as-new."""
 
     model_config = ConfigDict(extra="forbid")
 
     ledger: MissionLedger
-    assignments: dict[str, Assignment]
-    children: list[ChildRun]  # where each routed child stands (workflows.mission.children)
-    observations: list[ChildObservation]  # arrived, not folded yet
+    children: ChildRuns = Field(default_factory=ChildRuns)
+    observations: list[ChildObservation] = Field(default_factory=list)
+
+
+class MissionCarry(BaseModel):
+    """What a MissionWorkflow hands to its next run at continue-as-new: its progress, the last
+    snapshot written, and its admission requests. Children started by earlier runs keep running;
+    the new run follows them by their signals (see `workflows.mission.workflow`)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    progress: MissionProgress
     written_seq: int
     admission: RequesterCarry
 

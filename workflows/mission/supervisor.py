@@ -16,10 +16,11 @@ children, give leases back). The rules live here:
 - fail-fast cancels the live siblings; the verdict itself is the aggregation's
   (`workflows.mission.aggregation.verdict_rule`).
 
-The shell hands it events: `hear(state, event)` takes what arrives by signal or update (an
-observation, a review, a stop, a refused signal), which only changes the state; `step(state, event,
-admission, now)` takes what the shell's loop meets (the plan, a pass after any news or timer, a
-child's end, closing, children gone silent) and returns the actions, in order. Both change the
+The shell hands it events: `hear(state, event)` takes what arrives (an observation, a review, a
+stop, a cancellation, a refused signal, a child's end, children gone silent), which only changes
+the state; `step(state, event, admission, now)` takes what the shell's one loop meets (the plan, a
+pass after any news or timer, closing) and returns the actions, in order, which only that loop
+carries out. Both change the
 `MissionState` in place (the ledger inside it is immutable and replaced, through the pure
 aggregation functions). `AdmissionView` is what the supervisor reads of the admission singleton's
 answers (`AdmissionClient` is one), so tests drive it with plain data
@@ -29,20 +30,20 @@ answers (`AdmissionClient` is one), so tests drive it with plain data
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Protocol
 
-from workflows.admission.messages import AdmissionDecision, RequesterCarry, admission_workflow_id, queue_place
+from workflows.admission.messages import AdmissionDecision, admission_workflow_id, queue_place
 from workflows.admission.messages import Backpressure as AdmissionBackpressure
 from workflows.admission.model import LANE_OVERRIDE_POLICY, PREEMPTION_POLICY, REQUEUE_POLICY, AdmissionRequest
 from workflows.ids import ATTEMPT_SEPARATOR, admission_request_id, workload_workflow_id
 from workflows.mission import aggregation
-from workflows.mission.attempts import TAKEN_AWAY, AttemptStop, Judgement
+from workflows.mission.attempts import TAKEN_AWAY, AttemptStop
 from workflows.mission.children import ChildRun, ChildRuns
 from workflows.inbound import Refusal
 from workflows.mission.ledger import ChildAdmission, MissionLedger, ReviewDecision
-from workflows.mission.messages import MissionCarry
+from workflows.mission.messages import MissionProgress
 from workflows.mission.observation import ChildObservation, ends_workload
 from workflows.mission.planning import Assignment
 from workflows.mission.spec import ChildSpec, MissionSpec
@@ -59,24 +60,39 @@ class AdmissionView(Protocol):
     def is_current(self, request_id: str) -> bool: ...
     def state_of(self, request_id: str) -> str | None: ...
     def held(self) -> list[str]: ...
+    @property
+    def sending(self) -> bool: ...
 
 
-@dataclass
 class MissionState:
-    """Everything the supervisor decides from; continue-as-new carries all but `observations`'s
-    folded part (workflows.mission.messages.MissionCarry)."""
+    """Everything the supervisor decides from: the spec and the room for children in flight (the
+    mission's input), its `progress` (carried whole at continue-as-new: `carry`/`take_over`), and
+    what only this run knows: whether an operator asked to stop, and the ends heard but not settled."""
 
-    spec: MissionSpec
-    ledger: MissionLedger
-    max_children_in_flight: int
-    assignments: dict[str, Assignment] = field(default_factory=dict)
-    children: ChildRuns = field(default_factory=ChildRuns)
-    observations: list[ChildObservation] = field(default_factory=list)  # arrived, not folded yet
-    stop_requested: bool = False
-    _specs: dict[str, ChildSpec] = field(init=False, repr=False)
+    def __init__(self, spec: MissionSpec, ledger: MissionLedger, max_children_in_flight: int) -> None:
+        self.spec = spec
+        self.max_children_in_flight = max_children_in_flight
+        self.progress = MissionProgress(ledger=ledger)
+        self.stop_requested = False
+        self.unsettled: list[Ended | Gone] = []  # heard, settled by the next pass or the closing
+        self._specs = {child.child_id: child for child in spec.children}
 
-    def __post_init__(self) -> None:
-        self._specs = {child.child_id: child for child in self.spec.children}
+    @property
+    def ledger(self) -> MissionLedger:
+        return self.progress.ledger
+
+    @ledger.setter
+    def ledger(self, ledger: MissionLedger) -> None:
+        self.progress.ledger = ledger
+
+    @property
+    def children(self) -> ChildRuns:
+        return self.progress.children
+
+    @property
+    def observations(self) -> list[ChildObservation]:
+        """Arrived, not folded yet."""
+        return self.progress.observations
 
     def child_spec(self, child_id: str) -> ChildSpec:
         return self._specs[child_id]
@@ -150,11 +166,35 @@ class StopAsked:
 
 
 @dataclass(frozen=True)
+class CancelAsked:
+    """The mission was cancelled (from the CLI or the UI): the ledger says so, and it closes."""
+
+
+@dataclass(frozen=True)
 class SignalRefused:
     refusal: Refusal
 
 
-Heard = Observed | Reviewed | StopAsked | SignalRefused
+@dataclass(frozen=True)
+class Ended:
+    """The workload this run started has ended, with its last observation or without one
+    (`failure` says how, when it failed)."""
+
+    child_id: str
+    at: datetime
+    last: ChildObservation | None = None
+    failure: str | None = None
+
+
+@dataclass(frozen=True)
+class Gone:
+    """Running children an earlier run started whose workflows no longer run."""
+
+    child_ids: list[str]
+    at: datetime
+
+
+Heard = Observed | Reviewed | StopAsked | CancelAsked | SignalRefused | Ended | Gone
 
 
 @dataclass(frozen=True)
@@ -171,16 +211,6 @@ class Pass:
 
 
 @dataclass(frozen=True)
-class Ended:
-    """The workload this run started has ended, with its last observation or without one
-    (`failure` says how, when it failed)."""
-
-    child_id: str
-    last: ChildObservation | None = None
-    failure: str | None = None
-
-
-@dataclass(frozen=True)
 class Closing:
     """The mission closes (finished, stopped or cancelled): every live child is stopped."""
 
@@ -193,23 +223,34 @@ class Closed:
 
 
 @dataclass(frozen=True)
-class Gone:
-    """Running children an earlier run started whose workflows no longer run."""
-
-    child_ids: list[str]
+class Fold:
+    """While closing: the admission's news (the leases going back) into the ledger, nothing to do."""
 
 
-Event = Planned | Pass | Ended | Closing | Closed | Gone
+Event = Planned | Pass | Closing | Closed | Fold
 
 
 def hear(state: MissionState, event: Heard) -> None:
-    """What arrives by signal or update only changes the state; the next pass acts on it."""
+    """What arrives (by signal, update, a child's end or the server's word) only changes the state;
+    the next pass, or the closing, acts on it."""
     if isinstance(event, Observed):
         observed(state, event.observation)
     elif isinstance(event, Reviewed):
         state.ledger = aggregation.apply_review(state.ledger, state.spec, event.decision)
     elif isinstance(event, StopAsked):
         state.stop_requested = True
+    elif isinstance(event, CancelAsked):
+        state.ledger = aggregation.mark_cancelled(state.ledger)
+    elif isinstance(event, Ended):
+        handle_ended(state, event.child_id)
+        if event.last is not None:
+            # A long-lived workload signals its last observation too: folding one revision twice changes nothing.
+            state.observations.append(event.last)
+        state.unsettled.append(event)
+    elif isinstance(event, Gone):
+        for child_id in event.child_ids:
+            state.children[child_id].phase = "done"
+        state.unsettled.append(event)
     else:
         state.ledger = aggregation.record_refusal(state.ledger, event.refusal)
 
@@ -221,18 +262,16 @@ def step(state: MissionState, event: Event, admission: AdmissionView, now: datet
         return [submit] if submit is not None else []
     if isinstance(event, Pass):
         return supervise(state, admission, now)
-    if isinstance(event, Ended):
-        return child_ended(state, event, admission, now)
     if isinstance(event, Closing):
         live = state.children.ids("running")
         return [cancel_children(state, live, why=event.why)] if live else []
     if isinstance(event, Closed):
         # An earlier run's child that ended by its last word is judged too, so that its lease goes
         # back unconfirmed with the others.
-        fold_observations(state)
-        actions = settle(state, admission)
-        return actions + release_ended(state, admission)
-    return gone_silent(state, event.child_ids, now)
+        notes = conclude_ended(state)
+        return notes + settle(state, admission) + release_ended(state, admission)
+    fold(state, admission)
+    return []
 
 
 # --- planning ----------------------------------------------------------------------------------
@@ -242,9 +281,9 @@ def route(state: MissionState, assignments: dict[str, Assignment], unroutable: M
     """The planner's answer: routed children wait for admission (one request each, a gang in gang
     mode); the others need an operator (`operator-review-required`, why in the note)."""
     spec = state.spec
-    state.assignments = dict(assignments)
-    state.children = ChildRuns(
-        ChildRun(child_id=child.child_id, request_id=admission_request_id(spec.mission_id, child.child_id))
+    state.progress.children = ChildRuns(
+        ChildRun(child_id=child.child_id, assignment=assignments[child.child_id],
+                 request_id=admission_request_id(spec.mission_id, child.child_id))
         for child in spec.children if child.child_id in assignments
     )
     for child_id, why in unroutable.items():
@@ -300,7 +339,7 @@ def fold(state: MissionState, admission: AdmissionView) -> None:
 
 
 def fold_observations(state: MissionState) -> None:
-    observations, state.observations = state.observations, []
+    observations, state.progress.observations = state.observations, []
     if observations:
         state.ledger = aggregation.apply_observations(state.ledger, state.spec, observations)
 
@@ -325,20 +364,24 @@ def handle_ended(state: MissionState, child_id: str) -> None:
     run.phase, run.followed = "over", False
 
 
-def child_ended(state: MissionState, ended: Ended, admission: AdmissionView, now: datetime) -> list[Action]:
-    """The workload this run started has ended. Whatever ended it (a failure, a terminate, a
+def conclude_ended(state: MissionState) -> list[Action]:
+    """The ends heard since the last pass. Whatever ended a workload (a failure, a terminate, a
     cancellation that could not report), the ledger must not wait for the child: without a last
-    word it is `unknown`, failing closed. Then its attempt is judged."""
-    handle_ended(state, ended.child_id)
-    if ended.last is not None:
-        # A long-lived workload signals its last observation too: folding one revision twice changes nothing.
-        state.observations.append(ended.last)
+    word it is `unknown`, failing closed. Judging its attempt is the pass's (`settle`)."""
     fold_observations(state)
-    actions: list[Action] = []
-    if not ends_workload(state.ledger.child(ended.child_id).observed_state):
-        how = f"failed without a last observation ({ended.failure})" if ended.failure else "ended without a last observation"
-        actions.append(record_unknown(state, ended.child_id, f"the workload {how}: check its runtime task", now))
-    return actions + settle(state, admission)
+    notes: list[Action] = []
+    for event in state.unsettled:
+        if isinstance(event, Gone):  # an earlier run's children, terminated or failed before their last word
+            notes.extend(
+                record_unknown(state, child_id, "the workload ended without a last observation (terminated or failed): "
+                               "check its runtime task", event.at)
+                for child_id in event.child_ids
+            )
+        elif not ends_workload(state.ledger.child(event.child_id).observed_state):
+            how = f"failed without a last observation ({event.failure})" if event.failure else "ended without a last observation"
+            notes.append(record_unknown(state, event.child_id, f"the workload {how}: check its runtime task", event.at))
+    state.unsettled.clear()
+    return notes
 
 
 def record_unknown(state: MissionState, child_id: str, note: str, now: datetime) -> Note:
@@ -352,16 +395,10 @@ def record_unknown(state: MissionState, child_id: str, note: str, now: datetime)
     return Note(f"workload {child_id}: {note}", warning=True)
 
 
-def gone_silent(state: MissionState, child_ids: list[str], now: datetime) -> list[Action]:
-    """Running children an earlier run started whose workflows no longer run (terminated or
-    failed before their last word): `unknown`, and done."""
-    notes: list[Action] = []
-    for child_id in child_ids:
-        notes.append(record_unknown(
-            state, child_id, "the workload ended without a last observation (terminated or failed): check its runtime task", now,
-        ))
-        state.children[child_id].phase = "done"
-    return notes
+def silent_children(state: MissionState) -> list[str]:
+    """Running children this run did not start (it has no handle to await): they end by their
+    last observation, or, once the server says their workflow is gone, as `unknown` (`Gone`)."""
+    return [run.child_id for run in state.children.in_phase("running") if not run.followed]
 
 
 # --- the pass ----------------------------------------------------------------------------------
@@ -369,8 +406,9 @@ def gone_silent(state: MissionState, child_ids: list[str], now: datetime) -> lis
 
 def supervise(state: MissionState, admission: AdmissionView, now: datetime) -> list[Action]:
     """One pass: fold what arrived, judge the attempts that ended, then act on the ledger."""
+    actions: list[Action] = conclude_ended(state)
     fold(state, admission)
-    actions: list[Action] = settle(state, admission)
+    actions += settle(state, admission)
     cancel = aggregation.children_to_cancel(state.ledger, state.spec)
     if cancel:
         state.ledger = aggregation.mark_cancel_requested(state.ledger, cancel)
@@ -445,11 +483,9 @@ def _attempt_over(state: MissionState, run: ChildRun, admission: AdmissionView) 
     run.stop = None
     child = state.ledger.child(child_id)
     closing = state.stop_requested or state.ledger.cancellation is not None or child.cancel_requested
-    judgement = aggregation.judge_attempt(child, stop, state.child_spec(child_id).budgets.max_attempts)
     request_state = admission.state_of(run.request_id)
-    if judgement.retry and stop is not None and stop.kind not in TAKEN_AWAY and request_state not in ("queued", "admitted"):
-        # The engine has ended the request (out of requeue attempts, ADR-004): nothing to run again under.
-        judgement = Judgement(False, True, f"{stop.reason}; the admission request ended {request_state}")
+    request_ended = None if request_state in ("queued", "admitted") else str(request_state)
+    judgement = aggregation.judge_attempt(child, stop, state.child_spec(child_id).budgets.max_attempts, request_ended)
     if closing or not judgement.retry:
         if stop is not None or child.stopping is not None:
             state.ledger = aggregation.close_attempt(
@@ -544,28 +580,21 @@ def release_ended(state: MissionState, admission: AdmissionView) -> list[Action]
 
 
 def may_hand_over(state: MissionState, admission: AdmissionView) -> bool:
-    """Nothing the next run could not take over: no stop under way, no child waiting to start,
-    only long-lived children running (they report by signal, whichever run is current)."""
+    """Nothing the next run could not take over: no release on its way, no stop under way, no end
+    heard and not settled, no child waiting to start, only long-lived children running (they
+    report by signal, whichever run is current)."""
     return (
-        not state.stop_requested
+        not admission.sending
+        and not state.stop_requested
+        and not state.unsettled
         and not waiting(state, admission)
         and all(state.child_spec(child_id).long_lived for child_id in state.children.ids("running"))
     )
 
 
-def carry(state: MissionState, *, written_seq: int, admission: RequesterCarry) -> MissionCarry:
-    return MissionCarry(
-        ledger=state.ledger, assignments=state.assignments, children=state.children.records(),
-        observations=state.observations, written_seq=written_seq, admission=admission,
-    )
-
-
-def take_over(state: MissionState, carried: MissionCarry) -> None:
+def take_over(state: MissionState, progress: MissionProgress) -> None:
     """Pick up where the previous run left off (the admission client restores its own part)."""
-    state.ledger = carried.ledger
-    state.assignments = dict(carried.assignments)
-    state.children = ChildRuns(carried.children)
-    state.observations = list(carried.observations)
+    state.progress = progress
     fold_observations(state)
     # A running child whose last observation has arrived (in an earlier run, which awaited its
     # handle, or in flight at the handover) has ended: the ledger says so.
@@ -587,6 +616,11 @@ def waiting(state: MissionState, admission: AdmissionView) -> bool:
 def finished(state: MissionState, admission: AdmissionView) -> bool:
     """The verdict is final and no child runs or waits: the mission closes."""
     return aggregation.is_final(state.ledger) and not state.children.ids("running") and not waiting(state, admission)
+
+
+def supervision_over(state: MissionState, admission: AdmissionView) -> bool:
+    """The loop ends: the mission finished, or an operator asked it to stop."""
+    return state.stop_requested or finished(state, admission)
 
 
 def next_lease_expiry(state: MissionState, admission: AdmissionView, now: datetime) -> datetime | None:

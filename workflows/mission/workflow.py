@@ -50,14 +50,16 @@ with workflow.unsafe.imports_passed_through():
     from workflows.mission import aggregation, supervisor
     from workflows.mission.dispatch import child_start
     from workflows.mission.ledger import MissionLedger, ReviewDecision
-    from workflows.mission.messages import MISSION_WORKFLOW, RUNNING_WORKFLOWS, ReviewRequest, WorkflowIds, read_mission_input
+    from workflows.mission.messages import (
+        MISSION_WORKFLOW, RUNNING_WORKFLOWS, MissionCarry, ReviewRequest, WorkflowIds, read_mission_input,
+    )
     from workflows.mission.observation import ALIVE_SIGNAL, OBSERVATION_SIGNAL, ChildObservation
     from workflows.mission.planning import plan_targets
     from workflows.mission.search import mission_attributes
     from workflows.mission.spec import MissionSpec
     from workflows.mission.supervisor import (
-        Action, Cancel, Closed, Closing, Ended, Event, Gone, Heard, MissionState, Note, Observed, Pass, Planned,
-        Release, Reviewed, SignalRefused, Start, StopAsked, Submit,
+        Action, Cancel, CancelAsked, Closed, Closing, Ended, Event, Fold, Gone, Heard, MissionState, Note, Observed, Pass,
+        Planned, Release, Reviewed, SignalRefused, Start, StopAsked, Submit,
     )
     from workflows.workload.client import cancel_workload, how_it_ended
     from workflows.workload.messages import LIST_TARGETS, WORKLOAD_WORKFLOW, TargetList, WorkloadResult
@@ -97,7 +99,7 @@ class MissionWorkflow:
         self._snapshots = LedgerWriter(lambda: self._state.ledger, self._snapshot_summary)
         self._shown_state: str | None = None
         if input.carried is not None:  # the previous run continued as new
-            supervisor.take_over(self._state, input.carried)
+            supervisor.take_over(self._state, input.carried.progress)
             self._snapshots.written_seq = input.carried.written_seq
             self._admission.restore(input.carried.admission)
 
@@ -196,7 +198,7 @@ class MissionWorkflow:
             # and lease, record why, then end as cancelled.
             if isinstance(error, GeneratorExit) or not is_cancelled_exception(error):
                 raise
-            self._state.ledger = aggregation.mark_cancelled(self._state.ledger)
+            self._hear(CancelAsked())
             await asyncio.shield(asyncio.ensure_future(self._close("mission cancelled")))
             raise
         return self._state.ledger
@@ -224,11 +226,10 @@ class MissionWorkflow:
         while True:
             at_start = (self._wake, self._admission.version)
             await self._step(Pass())
-            finished = supervisor.finished(self._state, self._admission)
-            if not finished:  # a finished mission's ledger is written and shown by closing
+            if not supervisor.finished(self._state, self._admission):  # else closing writes and shows it
                 await self._snapshots.write()
                 self._publish()
-            if finished or self._state.stop_requested:
+            if supervisor.supervision_over(self._state, self._admission):
                 return
             # Anything that arrived while this pass awaited (an observation during a snapshot,
             # a child ending during a start) must wake the next pass at once: compare with what
@@ -243,8 +244,8 @@ class MissionWorkflow:
                 if self._continue_as_new_due():
                     self._lease_timer.cancel()
                     self._details(f"continuing as new with {len(self._state.children.ids('running'))} running children")
-                    workflow.continue_as_new(self._input.model_copy(update={"carried": supervisor.carry(
-                        self._state, written_seq=self._snapshots.written_seq, admission=self._admission.carry(),
+                    workflow.continue_as_new(self._input.model_copy(update={"carried": MissionCarry(
+                        progress=self._state.progress, written_seq=self._snapshots.written_seq, admission=self._admission.carry(),
                     )}))
 
     def _continue_as_new_due(self) -> bool:
@@ -253,7 +254,6 @@ class MissionWorkflow:
         return (
             (info.is_continue_as_new_suggested() or info.get_current_history_length() >= self._input.max_history_events)
             and workflow.all_handlers_finished()
-            and not self._admission.sending
             and supervisor.may_hand_over(self._state, self._admission)
         )
 
@@ -306,13 +306,11 @@ class MissionWorkflow:
     async def _follow_child(self, child_id: str, handle: workflow.ChildWorkflowHandle) -> None:
         try:
             result: WorkloadResult = await handle
-            ended = Ended(child_id, last=result.observation)
+            self._hear(Ended(child_id, workflow.now(), last=result.observation))
         except Exception as error:  # a failed or cancelled child is reported by its observations
             # A workload whose verdict is not success fails its workflow (so the Temporal UI shows
             # it failed); its last observation travels in the failure's details.
-            ended = Ended(child_id, *how_it_ended(error))
-        self._wake += 1
-        await self._step(ended)
+            self._hear(Ended(child_id, workflow.now(), *how_it_ended(error)))
 
     # --- closing ----------------------------------------------------------------------------
 
@@ -333,12 +331,12 @@ class MissionWorkflow:
         # the final snapshot is written while they travel (one round trip less before the mission
         # ends), and written again only if one found no singleton. Answers still to come (to what
         # had to be confirmed) change the ledger: then it is written once, after them.
-        supervisor.fold(self._state, self._admission)
+        await self._step(Fold())
         early = asyncio.ensure_future(self._snapshots.write(flush=True)) if self._admission.only_deliveries_left() else None
         await self._admission.give_back_everything()
         if early is not None:
             await early
-        supervisor.fold(self._state, self._admission)
+        await self._step(Fold())
         await self._snapshots.write(flush=True)
         self._publish(closing=True)
         mission_closed(workflow.metric_meter(), self._spec.host_group, self._state.ledger.parent_state)
@@ -357,7 +355,7 @@ class MissionWorkflow:
                 return
             except asyncio.TimeoutError:
                 pass
-            silent = [run.child_id for run in children.in_phase("running") if not run.followed]
+            silent = supervisor.silent_children(self._state)
             if not silent:
                 continue
             ids = {self._state.workload_id(child_id): child_id for child_id in silent}
@@ -365,7 +363,7 @@ class MissionWorkflow:
                 RUNNING_WORKFLOWS, WorkflowIds(ids=list(ids)), result_type=WorkflowIds,
                 start_to_close_timeout=timedelta(seconds=30), summary="are the silent children still running",
             )
-            await self._step(Gone([child_id for workflow_id, child_id in ids.items() if workflow_id not in running.ids]))
+            self._hear(Gone([child_id for workflow_id, child_id in ids.items() if workflow_id not in running.ids], workflow.now()))
 
     # --- what operators see -----------------------------------------------------------------
 

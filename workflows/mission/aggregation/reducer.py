@@ -267,7 +267,9 @@ def _awaiting_retry(child: ChildLedger, spec: MissionSpec) -> ChildLedger:
     return child.model_copy(update={"stopping": judged.why}) if judged.retry else child
 
 
-def judge_attempt(child: ChildLedger, stop: AttemptStop | None, max_attempts: int) -> Judgement:
+def judge_attempt(
+    child: ChildLedger, stop: AttemptStop | None, max_attempts: int, request_ended: str | None = None,
+) -> Judgement:
     """`workflows.mission.attempts.judge` for the child's current attempt, as its ledger row has it."""
     backpressure = child.backpressure
     return judge(
@@ -277,6 +279,7 @@ def judge_attempt(child: ChildLedger, stop: AttemptStop | None, max_attempts: in
         attempt=child.attempt,
         counted=sum(1 for a in child.attempts if a.attempt < child.attempt and a.counts_against_budget),
         max_attempts=max_attempts,
+        request_ended=request_ended,
     )
 
 
