@@ -1,6 +1,6 @@
 """The bundled local execution substrate: the Agentic Sandbox HTTP API over local processes.
 
-It speaks the same wire contract as a real Agentic Sandbox (DESIGN.md, "Wire contract"), so
+It speaks the same wire contract as a real Agentic Sandbox (docs/design.md, "Wire contract with Agentic Sandbox"), so
 the worker cannot tell them apart: a management plane for Fleet Workload v1 records and an
 A2A executor plane whose tasks run as `/bin/sh -c` process groups on this machine.
 

@@ -196,7 +196,7 @@ def verifier_note(run: VerifierRun, command: str) -> str:
 
 
 def lifecycle_satisfied(record: WorkloadRecord) -> bool:
-    """DESIGN.md, "Lifecycle satisfaction per kind" (`succeeded` ends every kind satisfied)."""
+    """docs/design.md, "Lifecycle satisfaction per kind" (`succeeded` ends every kind satisfied)."""
     state = record.status.observed_state
     if state == "succeeded":
         return record.kind != "scheduled-collector" or record.spec.schedule is not None

@@ -30,23 +30,8 @@ again, shows the child as not yet run (its admission says where it waits). An ob
 an earlier attempt only updates that attempt's entry. While an attempt is being stopped or
 will be retried (`ChildLedger.stopping`), how it ended does not count: the child stays pending.
 
-Per mission, with S satisfied, F failed, R review-required and P pending children (N in all) and
-k the successes needed (N for all-pass and fail-fast, `minimum_successes` for quorum):
-- all-pass, fail-fast, quorum: `failed` as soon as S + P + R < k (success has become impossible
-  even if every child needing review turned out fine: for all-pass and fail-fast that is the first
-  terminal failure); `completed` as soon as S >= k and R is empty (quorum does not wait for
-  stragglers); otherwise, once nothing is pending, `operator-review-required` (a child needing
-  review blocks completion, or only reviewed children could still reach k). fail-fast differs from
-  all-pass only in that its failure cancels the live siblings (`children_to_cancel`); all-pass
-  lets them run to their own end.
-- best-output: decides once nothing is pending: `operator-review-required` if any child needs
-  review; else `completed` with the best satisfied child's non-empty output (longest wins, ties go
-  to the child listed first in the spec); else `failed` (no satisfied child produced output).
-- manual-review: decides only on the operator's decision, accepted only once nothing is pending
-  (the state is `awaiting-review` then). reject -> `failed`. approve -> `completed`, unless a
-  child needs review: then `operator-review-required`, because unknown / operator-review-required
-  children and missing evidence never count as success, not even with an approval (the approval is
-  still recorded). Terminal failures do not block an approval: accepting them is the operator's call.
+Per mission: the verdict rule is `verdict.verdict_rule`, the only one, written out in words in
+docs/mission-spec.md ("Aggregation", "Exactly").
 - Long-lived children (daemon, persistent-agent, scheduled-collector) count as satisfied while
   running, so a verdict can settle while they keep running. A final parent state never changes
   again; the children and the summary keep following the observations.
