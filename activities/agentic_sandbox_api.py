@@ -35,7 +35,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt, model_validator
 from pydantic.alias_generators import to_camel
 
 from workflows.contract import WorkloadKind, WorkloadRecord
-from workflows.workload.messages import TaskDispatch
+from workflows.workload.messages import TaskDispatch, TaskState
 
 log = logging.getLogger(__name__)
 
@@ -43,10 +43,6 @@ RUNTIME_EXTENSION = "https://agentic-sandbox.aiwg.io/extensions/runtime/v1"
 IDEMPOTENCY_EXTENSION = "https://agentic-sandbox.aiwg.io/extensions/idempotency/v1"
 EXTENSIONS_HEADER = "A2A-Extensions"
 
-TaskState = Literal[
-    "submitted", "working", "input-required", "auth-required",
-    "completed", "failed", "canceled", "rejected", "unknown",
-]  # fmt: skip
 TERMINAL_TASK_STATES: frozenset[str] = frozenset({"completed", "failed", "canceled", "rejected", "unknown"})
 
 _ChildId = Annotated[str, Field(min_length=1, max_length=256, pattern=r"^[^\s]+$")]

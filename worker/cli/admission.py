@@ -209,14 +209,18 @@ def _emit(args: argparse.Namespace, data: Any, table: str) -> None:
         print(table)
 
 
-async def run_queue(args: argparse.Namespace, live: LiveAdmission) -> int:
-    rows = await live.query("queue", args.limit + 1, result_type=list[QueueRow])
-    shown = rows[: args.limit]
-    table = views.queue_table(args.host_group, shown)
-    if len(rows) > args.limit:
-        table += f"\n(first {args.limit} shown; --limit N for more)"
+def _emit_limited(args: argparse.Namespace, shown: list, table_of, *, more: bool, which: str) -> int:
+    """At most `--limit` rows (the first or the last ones); the table says when there were more."""
+    table = table_of(args.host_group, shown)
+    if more:
+        table += f"\n({which} {args.limit} shown; --limit N for more)"
     _emit(args, views.as_json(shown), table)
     return 0
+
+
+async def run_queue(args: argparse.Namespace, live: LiveAdmission) -> int:
+    rows = await live.query("queue", args.limit + 1, result_type=list[QueueRow])
+    return _emit_limited(args, rows[: args.limit], views.queue_table, more=len(rows) > args.limit, which="first")
 
 
 async def run_leases(args: argparse.Namespace, live: LiveAdmission) -> int:
@@ -254,12 +258,7 @@ def run_audit_command(args: argparse.Namespace) -> int:
 
 async def run_audit(args: argparse.Namespace, live: LiveAdmission) -> int:
     events = await live.query("audit", args.limit + 1, result_type=list[AuditEvent])
-    shown = events[-args.limit:]
-    table = views.audit_table(args.host_group, shown)
-    if len(events) > args.limit:
-        table += f"\n(last {args.limit} shown; --limit N for more)"
-    _emit(args, views.as_json(shown), table)
-    return 0
+    return _emit_limited(args, events[-args.limit:], views.audit_table, more=len(events) > args.limit, which="last")
 
 
 async def run_policy_show(args: argparse.Namespace, live: LiveAdmission) -> int:
