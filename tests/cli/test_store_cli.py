@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import signal
 import subprocess
 import sys
 from collections.abc import AsyncIterator
@@ -16,6 +15,7 @@ import pytest
 from temporalio.testing import WorkflowEnvironment
 
 from activities.stores import DATABASE_URL_ENV
+from tests.support.processes import ensure_stopped
 from tests.support.cli_support import conductor
 from tests.support.postgres import PostgresServer
 from tests.support.store_backends import BACKENDS, Backend, open_backend
@@ -134,11 +134,6 @@ async def test_conductor_worker_migrates_the_configured_database_or_fails_in_one
         with psycopg.connect(postgres_url) as db:
             assert db.execute("SELECT version FROM schema_migrations").fetchall() == [(1,)]
     finally:
-        worker.send_signal(signal.SIGINT)
-        try:
-            worker.wait(30)
-        except subprocess.TimeoutExpired:
-            worker.kill()
-            worker.wait()
+        ensure_stopped(worker)
     assert worker.returncode == 0
     assert not (tmp_path / "data" / "ledger.sqlite").exists()

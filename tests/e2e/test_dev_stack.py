@@ -18,7 +18,6 @@ import stat
 import subprocess
 import threading
 import uuid
-from collections.abc import Iterable
 from pathlib import Path
 
 import httpx
@@ -26,9 +25,8 @@ import pytest
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
 
 from activities.admission import set_policy_with_start
-from substrate.procs import alive
 from tests.support.cli_support import conductor_command
-from tests.support.processes import descendants, session_members, until_gone
+from tests.support.processes import descendants, session_members, until_gone, ensure_stopped
 from worker.binaries import temporal_cli
 from worker.lease import hold
 from worker.ports import PortInUse
@@ -207,18 +205,11 @@ async def test_a_taken_port_is_refused_naming_the_option_and_nothing_starts(
 # --- the commands -------------------------------------------------------------------------------
 
 
-def ensure_stopped(process: subprocess.Popen, tree: Iterable[int] = ()) -> None:
-    """After a failed assertion: stop the command gracefully, then kill whatever of its tree is left."""
-    if process.poll() is None:
-        process.send_signal(signal.SIGINT)
-        try:
-            process.wait(30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-    for pid in tree:
-        if pid != process.pid and alive(pid):
-            os.kill(pid, signal.SIGKILL)
+def _conductor_dev(data: Path) -> subprocess.Popen:
+    """`conductor dev` on free ports with one substrate instance, its output piped."""
+    command = [*conductor_command(), "dev", "--data-dir", str(data), "--port", "0", "--ui-port", "0",
+               "--substrate-port", "0", "--instances", "1"]  # fmt: skip
+    return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
 class LineReader:
@@ -261,9 +252,7 @@ class LineReader:
 
 async def test_conductor_dev_prints_its_addresses_and_stops_cleanly_on_sigint(tmp_path: Path) -> None:
     data = tmp_path / "dev"
-    command = [*conductor_command(), "dev", "--data-dir", str(data), "--port", "0", "--ui-port", "0",
-               "--substrate-port", "0", "--instances", "1"]  # fmt: skip
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    process = _conductor_dev(data)
     tree: set[int] = set()
     try:
         lines = LineReader(process.stdout)
@@ -314,9 +303,7 @@ async def test_conductor_dev_prints_its_addresses_and_stops_cleanly_on_sigint(tm
 
 
 async def test_conductor_dev_stops_everything_and_fails_when_a_server_dies_under_it(tmp_path: Path) -> None:
-    command = [*conductor_command(), "dev", "--data-dir", str(tmp_path), "--port", "0", "--ui-port", "0",
-               "--substrate-port", "0", "--instances", "1"]  # fmt: skip
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    process = _conductor_dev(tmp_path)
     tree: set[int] = set()
     try:
         lines = LineReader(process.stdout)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import asyncio
 import hashlib
 import json
@@ -63,20 +65,25 @@ async def tap() -> Wiretap:
     return Wiretap()
 
 
-@pytest.fixture
-async def fleet(server: RunningSubstrate, tap: Wiretap) -> AsyncIterator[FleetClient]:
-    client = FleetClient(server.base_url, FLEET_TOKEN, event_hooks=tap.hooks())
+@contextlib.asynccontextmanager
+async def _tapped(client_class, server: RunningSubstrate, token: str, tap: Wiretap):
+    """A client whose every request the wiretap reads; no token may show in what it saw."""
+    client = client_class(server.base_url, token, event_hooks=tap.hooks())
     yield client
     await client.aclose()
     tap.assert_no_secrets(FLEET_TOKEN, EXECUTOR_TOKEN)
+
+
+@pytest.fixture
+async def fleet(server: RunningSubstrate, tap: Wiretap) -> AsyncIterator[FleetClient]:
+    async with _tapped(FleetClient, server, FLEET_TOKEN, tap) as client:
+        yield client
 
 
 @pytest.fixture
 async def executor(server: RunningSubstrate, tap: Wiretap) -> AsyncIterator[ExecutorClient]:
-    client = ExecutorClient(server.base_url, EXECUTOR_TOKEN, event_hooks=tap.hooks())
-    yield client
-    await client.aclose()
-    tap.assert_no_secrets(FLEET_TOKEN, EXECUTOR_TOKEN)
+    async with _tapped(ExecutorClient, server, EXECUTOR_TOKEN, tap) as client:
+        yield client
 
 
 @pytest.fixture

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
+import subprocess
 from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
 from typing import TypeVar
@@ -100,3 +102,17 @@ async def until_gone(pids: Iterable[int], within: float = 10.0) -> set[int]:
         await asyncio.sleep(0.1)
         remaining = {pid for pid in remaining if alive(pid)}
     return remaining
+
+
+def ensure_stopped(process: subprocess.Popen, tree: Iterable[int] = ()) -> None:
+    """After a failed assertion: stop the command gracefully, then kill whatever of its tree is left."""
+    if process.poll() is None:
+        process.send_signal(signal.SIGINT)
+        try:
+            process.wait(30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+    for pid in tree:
+        if pid != process.pid and alive(pid):
+            os.kill(pid, signal.SIGKILL)
