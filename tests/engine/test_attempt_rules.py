@@ -29,6 +29,7 @@ from workflows.mission.aggregation import (
     mark_stopping,
     start_attempt,
 )
+from workflows.admission.model import LANE_OVERRIDE_POLICY, REQUEUE_POLICY
 from workflows.mission.attempts import AttemptStop, judge
 from workflows.mission.ledger import ChildAdmission
 from workflows.mission.observation import ChildObservation
@@ -39,7 +40,9 @@ from worker.ledger_view import render_ledger
 
 T0 = datetime(2026, 12, 1, 12, 0, tzinfo=timezone.utc)
 REQUEUED = AttemptStop(kind="requeued", reason="lease expired; requeued by the admission engine")
-DISPLACED = AttemptStop(kind="displaced", reason="displaced by m2:fix (priority-wip-override-v1)", interrupted_by="m2:fix")
+DISPLACED = AttemptStop(kind="displaced", reason="displaced by m2:fix (priority-wip-override-v1)", interrupted_by="m2:fix",
+                        policy=LANE_OVERRIDE_POLICY)
+LAPSED = AttemptStop(kind="lapsed", reason="lease expired", policy=REQUEUE_POLICY)
 PREEMPTED = AttemptStop(kind="preempted", reason="preempted by m2:fix (preemption)", interrupted_by="m2:fix")
 
 
@@ -135,7 +138,7 @@ def _running_attempt_1():
 
 
 def test_a_stopped_attempt_does_not_settle_the_verdict_and_its_retry_waits_queued():
-    ledger = mark_stopping(_running_attempt_1(), "c", DISPLACED.reason)
+    ledger = mark_stopping(_running_attempt_1(), "c", DISPLACED)
     ledger = apply_admission(ledger, "c", ChildAdmission(request_id="m:c", state="queued", revision=3))
     ledger = apply_observation(ledger, SPEC, _observed(3, "cancelled", exit_classification="cancelled"))
     assert ledger.child("c").outcome == "pending" and ledger.parent_state == "running"  # not failed
@@ -165,7 +168,7 @@ def test_a_started_attempt_preempted_before_its_first_word_is_judged_by_its_end_
 
 
 def test_the_child_is_judged_by_its_last_attempt_and_late_words_of_earlier_ones_only_show_in_their_attempt():
-    ledger = close_attempt(mark_stopping(_running_attempt_1(), "c", "lease expired"), "c", why="lease expired", retry=True)
+    ledger = close_attempt(mark_stopping(_running_attempt_1(), "c", LAPSED), "c", why="lease expired", retry=True)
     ledger = apply_admission(ledger, "c", ChildAdmission(request_id="m:c", state="admitted", lease_revision=3, revision=5))
     ledger = start_attempt(ledger, "c", attempt=2, request_id="m:c", lease_revision=3)
     ledger = apply_observation(ledger, SPEC, _observed(2, "succeeded", attempt=2, exit_classification="success"))
@@ -179,7 +182,7 @@ def test_the_child_is_judged_by_its_last_attempt_and_late_words_of_earlier_ones_
 
 
 def test_a_lease_timeout_without_budget_left_ends_the_child_timed_out():
-    ledger = mark_stopping(_running_attempt_1(), "c", "lease expired")
+    ledger = mark_stopping(_running_attempt_1(), "c", LAPSED)
     ledger = apply_observation(ledger, SPEC, _observed(3, "cancelled"))
     ledger = close_attempt(ledger, "c", why="lease expired; retry budget exhausted (2/2 attempts)", retry=False,
                            lease_timeout=True)

@@ -23,6 +23,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
+from workflows.admission.model import LANE_OVERRIDE_POLICY, PREEMPTION_POLICY, REQUEUE_POLICY
 from workflows.ids import MAX_ATTEMPT_NUMBER
 
 # Why the mission stopped a running attempt (its lease is no longer good).
@@ -48,6 +49,11 @@ class Judgement:
 
 
 TAKEN_AWAY: frozenset[str] = frozenset({"displaced", "preempted"})
+# A stop's kind by the admission policy that took the lease: all the rules above need of it
+# (a lapsed lease and a requeued one are judged alike: a lease timeout).
+STOP_KIND_OF_POLICY: dict[str, StopKind] = {
+    PREEMPTION_POLICY: "preempted", LANE_OVERRIDE_POLICY: "displaced", REQUEUE_POLICY: "requeued",
+}
 
 
 def judge(

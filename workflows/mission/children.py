@@ -13,8 +13,9 @@ and continue-as-new carries the records whole.
 
 - `waiting`: not started (its request queued, admitted or ended); with `resubmit`, preempted and
   waiting for a request of its own before it can be admitted again.
-- `running`: its workload workflow was started and has not ended; `stop` says why the mission is
-  stopping it (its lease went), `mark` how many times its lease had been taken away when it started.
+- `running`: its workload workflow was started and has not ended; `mark` says how many times its
+  lease had been taken away when it started. Why the mission is stopping it, if it is (its lease
+  went), is the ledger's (`aggregation.mark_stopping`, `aggregation.stop_of`): its one home.
 - `over`: its attempt ended; judged next (`workflows.mission.attempts`).
 - `withdrawing`: done with, but its request lives on (requeued): the request is cancelled next.
 - `done`: nothing more runs; `released` once its lease or request went back (released, or withdrawn
@@ -33,7 +34,6 @@ from pydantic import BaseModel, ConfigDict, Field, GetCoreSchemaHandler
 from pydantic_core import core_schema
 
 from workflows.admission.messages import AdmissionDecision
-from workflows.mission.attempts import AttemptStop
 from workflows.mission.planning import Assignment
 
 Phase = Literal["waiting", "running", "over", "withdrawing", "done"]
@@ -47,7 +47,6 @@ class ChildRun(BaseModel):
     request_id: str  # its admission request now: its first attempt's, or a later one's after a preemption
     phase: Phase = "waiting"
     resubmit: bool = False  # waiting: preempted, to be admitted again under `request_id` (not yet sent)
-    stop: AttemptStop | None = None  # running or over: why the mission stopped this attempt
     mark: int = 0  # running: lease interruptions seen when this attempt started
     released: bool = False  # done: its lease was released or its request withdrawn
     # This run's own, never carried: it started the running attempt and awaits its handle (an

@@ -448,7 +448,7 @@ def leases_gone(state: MissionState, admission: AdmissionView) -> list[str]:
     provably current."""
     gone = []
     for run in state.children.in_phase("running"):
-        if run.stop is not None:
+        if aggregation.stop_of(state.ledger.child(run.child_id)) is not None:
             continue  # being stopped already
         stop: AttemptStop | None = None
         if admission.interruptions(run.request_id) != run.mark:
@@ -461,8 +461,7 @@ def leases_gone(state: MissionState, admission: AdmissionView) -> list[str]:
                 reason="lease expired" if known == "admitted" else f"lease lost (admission {known})",
             )
         if stop is not None:
-            run.stop = stop
-            state.ledger = aggregation.mark_stopping(state.ledger, run.child_id, stop.reason)
+            state.ledger = aggregation.mark_stopping(state.ledger, run.child_id, stop)
             gone.append(run.child_id)
     return sorted(gone)
 
@@ -479,9 +478,9 @@ def settle(state: MissionState, admission: AdmissionView) -> list[Action]:
 
 
 def _attempt_over(state: MissionState, run: ChildRun, admission: AdmissionView) -> Note | None:
-    child_id, stop = run.child_id, run.stop
-    run.stop = None
+    child_id = run.child_id
     child = state.ledger.child(child_id)
+    stop = aggregation.stop_of(child)
     closing = state.stop_requested or state.ledger.cancellation is not None or child.cancel_requested
     request_state = admission.state_of(run.request_id)
     request_ended = None if request_state in ("queued", "admitted") else str(request_state)
@@ -517,7 +516,8 @@ def gang_still_stopping(state: MissionState) -> bool:
     """A gang is preempted whole and admitted again whole: its new requests go together, once
     every member's preempted attempt has ended."""
     return state.spec.admission.mode == "gang" and any(
-        run.stop is not None and run.stop.kind == "preempted" for run in state.children
+        (stop := aggregation.stop_of(state.ledger.child(run.child_id))) is not None and stop.kind == "preempted"
+        for run in state.children
     )
 
 

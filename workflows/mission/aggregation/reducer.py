@@ -25,7 +25,7 @@ from workflows.mission.aggregation.verdict import (
     successes_needed,
     verdict_due,
 )
-from workflows.mission.attempts import AttemptStop, Judgement, judge
+from workflows.mission.attempts import STOP_KIND_OF_POLICY, AttemptStop, Judgement, judge
 from workflows.mission.ledger import (
     FINAL_PARENT_STATES,
     AggregationSummary,
@@ -319,9 +319,31 @@ def _started(mission_id: str, start: AttemptStart) -> ChildChange:
     return change
 
 
-def mark_stopping(ledger: MissionLedger, child_id: str, why: str) -> MissionLedger:
-    """The mission is stopping the child's current attempt, whose lease went (see `ChildLedger.stopping`)."""
-    return _commit_each(ledger, [(child_id, lambda child: refresh(child.model_copy(update={"stopping": why})))])
+def mark_stopping(ledger: MissionLedger, child_id: str, stop: AttemptStop) -> MissionLedger:
+    """The mission is stopping the child's current attempt, whose lease went: why
+    (`ChildLedger.stopping`), and by which policy and request (on the attempt's entry). The
+    ledger is where this lives: `stop_of` reads it back."""
+
+    def stopping(child: ChildLedger) -> ChildLedger:
+        attempts = list(child.attempts)
+        if attempts and attempts[-1].attempt == child.attempt:
+            attempts[-1] = attempts[-1].model_copy(update={"interrupted_by": stop.interrupted_by, "policy": stop.policy})
+        return refresh(child.model_copy(update={"stopping": stop.reason, "attempts": tuple(attempts)}))
+
+    return _commit_each(ledger, [(child_id, stopping)])
+
+
+def stop_of(child: ChildLedger) -> AttemptStop | None:
+    """The stop the mission is carrying out on the child's current attempt, as `mark_stopping`
+    recorded it; None when none is (a `stopping` without a policy is an executor's refusal
+    waiting for its retry, which the mission did not stop)."""
+    current = child.attempts[-1] if child.attempts and child.attempts[-1].attempt == child.attempt else None
+    if child.stopping is None or current is None or current.policy is None:
+        return None
+    return AttemptStop(
+        kind=STOP_KIND_OF_POLICY.get(current.policy, "requeued"), reason=child.stopping,
+        interrupted_by=current.interrupted_by, policy=current.policy,
+    )
 
 
 def close_attempt(
