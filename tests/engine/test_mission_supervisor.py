@@ -7,7 +7,7 @@ through `carry` and its JSON, and children an earlier run started end by their l
 hands them over; after every pass the lifecycle rules hold:
 
 - a child is started only under a current lease, and never twice for one attempt;
-- a running child whose lease is not current is being stopped (its `stop` says why);
+- a running child whose lease is not current is being stopped (the ledger says why: `aggregation.stop_of`);
 - a done child's lease goes back in the pass it is done in (its request withdrawn instead, if the
   engine had requeued it), and once the mission has stopped and every child has ended, every
   lease it held went back;
