@@ -251,8 +251,9 @@ def hand_over_after_one_more_pass(state: SingletonState) -> bool:
 # --- one pass -------------------------------------------------------------------------------------
 
 
-def decide(state: SingletonState, now: datetime, log: Callable[[str], None] = lambda line: None) -> Decided:
-    """One pass: the inbox's next batch through the engine, one decision batch per requester."""
+def decide(state: SingletonState, now: datetime, warn: Callable[[str], None] = lambda line: None) -> Decided:
+    """One pass: the inbox's next batch through the engine, one decision batch per requester.
+    `warn` hears what an operator should see in the log (a refused request id, a requester gone)."""
     items = take_inbox(state)
     touched: dict[str, dict[str, None]] = defaultdict(dict)
     errors: dict[tuple[str, str], OpResult] = {}
@@ -269,7 +270,7 @@ def decide(state: SingletonState, now: datetime, log: Callable[[str], None] = la
         return result
 
     def refuse(requester: str, request_id: str) -> None:
-        log(f"{requester} named request {request_id}, which is not its own; refused")
+        warn(f"{requester} named request {request_id}, which is not its own; refused")
         touched[requester][request_id] = None  # its decision says `unknown`: "no such request"
 
     # Requester renewals first: each took effect when it was sent, before this pass's clock
@@ -278,14 +279,14 @@ def decide(state: SingletonState, now: datetime, log: Callable[[str], None] = la
     for requester in sorted(state.gone):
         live = state.live_requests_of(requester)
         if live:
-            log(f"requester {requester} is gone; releasing {', '.join(live)}")
+            warn(f"requester {requester} is gone; releasing {', '.join(live)}")
         for request_id in live:
             rec = state.engine.records[request_id]
             give_back = Release if rec.state == "admitted" else Cancel
             apply(give_back(request_id=request_id, reason=REQUESTER_GONE), None, None)
     state.gone.clear()
     for item in items:
-        _apply_item(state, item, apply, unconfirmed, refuse, log)
+        _apply_item(state, item, apply, unconfirmed, refuse)
     if not items:
         apply(Reconcile(), None, None)
     # A holder whose lease expired has stopped its work (or is gone): requeued, its request would
@@ -357,7 +358,7 @@ def _weight(item: InboxItem) -> int:
     return max(1, len(batch.request_ids)) if batch is not None else 1
 
 
-def _apply_item(state: SingletonState, item: InboxItem, apply, unconfirmed: set[str], refuse, log) -> None:
+def _apply_item(state: SingletonState, item: InboxItem, apply, unconfirmed: set[str], refuse) -> None:
     """One inbox item through the engine. A renewal, release or cancellation names requests of
     its sender's only: any other is refused (`refuse`: its sender hears `unknown`), since any
     client can send these signals and a request id is no secret."""
@@ -386,8 +387,7 @@ def _apply_item(state: SingletonState, item: InboxItem, apply, unconfirmed: set[
             apply(give_back(request_id=request_id), batch.requester if batch.confirm else None, request_id)
         if not batch.confirm:
             unconfirmed.update(batch.request_ids)
-    elif item.set_policy is not None:
-        log(f"policy changed by {item.set_policy.operator}")
+    elif item.set_policy is not None:  # the audit trail records the operator (SetPolicy)
         apply(SetPolicy(policy=item.set_policy.policy, operator=item.set_policy.operator), None, None)
 
 

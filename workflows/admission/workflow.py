@@ -168,6 +168,7 @@ class AdmissionWorkflow:
         change = signal_argument(args, PolicyChange, "set_policy", self._refuse, hint=SCHEMA_HINT)
         if change is None:
             return
+        workflow.logger.info("policy change from %s; it applies at the next decision pass", change.operator)
         self._hear(InboxItem(kind="set_policy", set_policy=change))
 
     @workflow.query(description=(
@@ -326,7 +327,7 @@ class AdmissionWorkflow:
 
     def _decide(self) -> None:
         """One pass of the core; its decisions go out, its events to the audit store."""
-        decided = singleton.decide(self._core, workflow.now(), workflow.logger.info)
+        decided = singleton.decide(self._core, workflow.now(), workflow.logger.warning)
         for requester, batch in decided.signals:
             self._in_background(self._signal_requester(requester, batch), self._signalling)
         if decided.events:
