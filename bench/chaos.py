@@ -778,12 +778,14 @@ async def temporal_kill(stack: Stack, control: MissionControl, s: Settings, repo
 
 
 async def substrate_kill(stack: Stack, control: MissionControl, s: Settings, report: Report) -> Expectation:
-    # Commands long enough to outlive the substrate's absence: what the crash orphans is still there
-    # when it comes back, and its recovery must stop it.
+    # Commands long enough to outlive the substrate's absence: what the crash leaves is still there
+    # when it comes back, and its recovery must either take it over (re-adopt a task whose process
+    # still runs, and follow it to its end: substrate/adoption.py) or stop it. Anything else left
+    # running is an orphan.
     report.missions = plan("substrate-kill", s.count(8, 2), s.width(4, 2), 8)
     restarts = int(s.pick(3, 1))
     starts = asyncio.ensure_future(start_spread(control, stack, report.missions, s.pick(20, 2)))
-    orphaned = 0
+    orphaned = readopted_total = 0
     for n in range(restarts):
         await asyncio.sleep(s.rng.uniform(3, 7) if not s.quick else 3)
         active = [row for row in stack.substrate_tasks() if row["state"] in ACTIVE_TASK_STATES]
@@ -795,11 +797,16 @@ async def substrate_kill(stack: Stack, control: MissionControl, s: Settings, rep
         orphans = workload_processes(None, groups)  # the commands' children, reparented by the crash
         orphaned += len(orphans)
         await stack.start_substrate()  # ready only after its recovery ran
-        survivors = await leftover_processes(stack, groups, within=2, by_marker=False)
+        readopted = {int(row["pid"]) for row in stack.substrate_tasks()
+                     if row["state"] in ACTIVE_TASK_STATES and row["pid"] is not None}
+        readopted_total += len(readopted & set(groups))
+        survivors = await leftover_processes(stack, [group for group in groups if group not in readopted],
+                                             within=2, by_marker=False)
         for pid, line in survivors.items():
             report.violate(f"orphan still running after the substrate's restart {n + 1}: pid {pid}: {line[:120]}")
         report.chaos.append(f"substrate SIGKILL {n + 1} with {len(active)} tasks running, down {down:.1f} s; "
-                            f"{len(orphans)} orphaned processes meanwhile, {len(survivors)} left after the restart")
+                            f"{len(orphans)} orphaned processes meanwhile, {len(readopted & set(groups))} tasks "
+                            f"re-adopted, {len(survivors)} other processes left after the restart")
     await starts
     # Missions that start once the substrate is back must complete: nothing of theirs ran across a crash.
     after = plan("substrate-kill-after", int(s.pick(2, 1)), s.width(4, 2), 1)
@@ -810,7 +817,9 @@ async def substrate_kill(stack: Stack, control: MissionControl, s: Settings, rep
     report.chaos.append(f"{len(after)} more missions started after the last restart: they must complete")
     report.figures["crash orphans left after a substrate restart"] = f"0 of {orphaned}" if not any(
         "orphan still running" in v for v in report.violations) else "see violations"
-    # A task that ran across the restart comes back `unknown` (today's substrate): its mission fails closed.
+    report.figures["tasks re-adopted across a restart"] = str(readopted_total)
+    # A task that ran across the restart is re-adopted and ends as it would have; one whose process
+    # was gone comes back `unknown`, and its mission fails closed.
     return Expectation(frozenset({"completed"}), fail_closed=frozenset({"operator-review-required"}))
 
 
