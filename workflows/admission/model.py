@@ -10,7 +10,8 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from typing import Annotated, Literal, Union
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic_core import InitErrorDetails
 
 from workflows.limits import MAX_DURATION_SECONDS, MAX_OPERATOR_CHARS, MAX_PRIORITY, MIN_PRIORITY
 
@@ -149,8 +150,22 @@ class Placement(_Strict):
         return {name: getattr(self, name) for name in Placement.model_fields}
 
 
+# What the engine's own request must name (a holder's request and a child spec may leave them to
+# the defaults, which their owners fill in): the engine never guesses where a request runs.
+ENGINE_PLACEMENT = ("environment", "provider", "runtime_kind", "priority", "queue_timeout_seconds")
+
+
+def _engine_placement_required(schema: dict) -> None:
+    """The published schema says what `_placement_named` enforces."""
+    schema["required"] = [*ENGINE_PLACEMENT, *schema.get("required", ())]
+    for name in ENGINE_PLACEMENT:
+        schema["properties"][name].pop("default", None)
+
+
 class AdmissionRequest(Placement):
     """One workload asking to run on the host group."""
+
+    model_config = ConfigDict(json_schema_extra=_engine_placement_required)
 
     request_id: Identifier
     orchestrator_id: Identifier
@@ -159,6 +174,17 @@ class AdmissionRequest(Placement):
     # all; every member names the same gang size (how many members the gang has).
     gang_id: Identifier | None = None
     gang_size: int | None = Field(default=None, ge=1, le=10_000)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _placement_named(cls, data: object) -> object:
+        if isinstance(data, dict):
+            missing = [name for name in ENGINE_PLACEMENT if name not in data]
+            if missing:
+                raise ValidationError.from_exception_data(
+                    cls.__name__, [InitErrorDetails(type="missing", loc=(name,), input=data) for name in missing],
+                )
+        return data
 
     @model_validator(mode="after")
     def _gang_fields_together(self) -> "AdmissionRequest":
