@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections import deque
 from datetime import timedelta
 from typing import Any
 
@@ -25,9 +24,8 @@ from temporalio.exceptions import ApplicationError
 with workflow.unsafe.imports_passed_through():
     from workflows.admission.holders import DECISION_QUERY, HOLDER_WORKFLOW, HolderInput, HolderSubmit
     from workflows.admission.messages import DECISION_SIGNAL, AdmissionDecision, DecisionBatch, admission_workflow_id
-    from workflows.failures import refused_start
+    from workflows.failures import RefusedSignals, refused_start
     from workflows.inbound import (
-        MAX_REFUSALS_KEPT,
         Refusal,
         Refused,
         argument,
@@ -54,7 +52,7 @@ class AdmissionHolderWorkflow:
             raise refused_start(refused, HOLDER_WORKFLOW) from None
         # Revision 0 until the singleton's first decision: newer ones always replace it.
         self._decision = AdmissionDecision(request_id=self._input.request.request_id, state="queued")
-        self._refused: deque[Refusal] = deque(maxlen=MAX_REFUSALS_KEPT)
+        self._refuse = RefusedSignals()
 
     @workflow.signal(name=DECISION_SIGNAL, description=(
         "From the host group's admission singleton only: decisions on this holder's request."
@@ -76,7 +74,7 @@ class AdmissionHolderWorkflow:
     @workflow.query(description="Signals this holder workflow received and did not act on, and why.")
     def refusals(self, *args: Any) -> list[Refusal]:
         no_argument(args, "the refusals query")
-        return list(self._refused)
+        return self._refuse.kept()
 
     @workflow.run
     async def run(self, *args: Any) -> AdmissionDecision:
@@ -109,7 +107,3 @@ class AdmissionHolderWorkflow:
     def _ended(self) -> bool:
         decision = self._decision
         return decision.state == "unknown" or (decision.revision > 0 and decision.state not in LIVE_STATES)
-
-    def _refuse(self, signal: str, refused: Refused) -> None:
-        workflow.logger.warning("signal %s refused: %s", signal, refused)
-        self._refused.append(Refusal(at=workflow.now(), signal=signal, reason=str(refused)))

@@ -20,8 +20,8 @@ Time enters the core only through `workflow.now()`.
 from __future__ import annotations
 
 import asyncio
-from collections import deque
 from datetime import timedelta
+from collections.abc import Sequence
 from typing import Annotated, Any
 
 from pydantic import Field, TypeAdapter
@@ -59,9 +59,8 @@ with workflow.unsafe.imports_passed_through():
     )
     from workflows.admission.model import AdmissionPolicy, AdmissionRequest, AuditEvent
     from workflows.audit import AuditExport
-    from workflows.failures import refused_start
+    from workflows.failures import RefusedSignals, refused_start
     from workflows.inbound import (
-        MAX_REFUSALS_KEPT,
         Refusal,
         Refused,
         argument,
@@ -87,7 +86,7 @@ class AdmissionWorkflow:
         except Refused as refused:
             raise refused_start(refused, ADMISSION_WORKFLOW) from None
         self._input = input
-        self._refused: deque[Refusal] = deque(maxlen=MAX_REFUSALS_KEPT)
+        self._refuse = RefusedSignals()
         # The carried records are decoded a slice per activation (`_finish_restore`); until then the
         # state is incomplete, and the queries that read it say so.
         info = workflow.info()
@@ -100,15 +99,18 @@ class AdmissionWorkflow:
 
     # --- signals: append only; the main loop decides ---------------------------------------
 
+    def _hear(self, kind: str, model: type, args: Sequence[Any]) -> None:
+        """A signal's batch into the inbox, as an `InboxItem` of its kind; one that cannot be read is refused."""
+        batch = signal_argument(args, model, kind, self._refuse, hint=SCHEMA_HINT)
+        if batch is not None:
+            singleton.hear(self._core, InboxItem(kind=kind, **{kind: batch}))
+
     @workflow.signal(description=(
         "For requester workflows (missions, workloads) only, through workflows.admission.client; not an operator action. "
         "Queues a requester's batch of admission requests; the decisions come back as admission_decided signals."
     ))
     def submit(self, *args: Any) -> None:
-        batch = signal_argument(args, SubmitBatch, "submit", self._refuse, hint=SCHEMA_HINT)
-        if batch is None:
-            return
-        self._hear(InboxItem(kind="submit", submit=batch))
+        self._hear("submit", SubmitBatch, args)
 
     @workflow.signal(description=(
         "For holders (docs/admission-api.md): submit a holder's request under its AdmissionHolder workflow, stamped with "
@@ -123,7 +125,7 @@ class AdmissionWorkflow:
             self._refuse("hold", Refused(f"requester {call.requester!r} is no holder workflow: its id must be "
                                          "holder:<host_group>/<holder>/<request_id> (docs/admission-api.md)"))
             return
-        self._hear(InboxItem(kind="submit", submit=SubmitBatch(
+        singleton.hear(self._core, InboxItem(kind="submit", submit=SubmitBatch(
             requester=call.requester, requests=[call.request.submitted(workflow.now())],
         )))
 
@@ -132,30 +134,21 @@ class AdmissionWorkflow:
         "Renews held leases (sent on a durable timer at a third of the TTL): named ones, or everything the requester holds."
     ))
     def renew(self, *args: Any) -> None:
-        batch = signal_argument(args, RenewBatch, "renew", self._refuse, hint=SCHEMA_HINT)
-        if batch is None:
-            return
-        self._hear(InboxItem(kind="renew", renew=batch))
+        self._hear("renew", RenewBatch, args)
 
     @workflow.signal(description=(
         "For requester workflows (missions, workloads) only, through workflows.admission.client; not an operator action. "
         "Gives back held leases when the work ended."
     ))
     def release(self, *args: Any) -> None:
-        batch = signal_argument(args, ReleaseBatch, "release", self._refuse, hint=SCHEMA_HINT)
-        if batch is None:
-            return
-        self._hear(InboxItem(kind="release", release=batch))
+        self._hear("release", ReleaseBatch, args)
 
     @workflow.signal(description=(
         "For requester workflows (missions, workloads) only, through workflows.admission.client; not an operator action. "
         "Withdraws queued or held requests. Operators abandon work with `conductor mission cancel`."
     ))
     def cancel(self, *args: Any) -> None:
-        batch = signal_argument(args, CancelBatch, "cancel", self._refuse, hint=SCHEMA_HINT)
-        if batch is None:
-            return
-        self._hear(InboxItem(kind="cancel", cancel=batch))
+        self._hear("cancel", CancelBatch, args)
 
     @workflow.signal(description=(
         "Operators: replace this host group's admission policy (`conductor admission policy set`). "
@@ -165,11 +158,7 @@ class AdmissionWorkflow:
     def set_policy(self, *args: Any) -> None:
         # A signal, like everything this singleton takes: it accepts no update, so no replay of it
         # depends on the order in which a worker meets an update and other news (docs/admission-api.md).
-        change = signal_argument(args, PolicyChange, "set_policy", self._refuse, hint=SCHEMA_HINT)
-        if change is None:
-            return
-        workflow.logger.info("policy change from %s; it applies at the next decision pass", change.operator)
-        self._hear(InboxItem(kind="set_policy", set_policy=change))
+        self._hear("set_policy", PolicyChange, args)
 
     @workflow.query(description=(
         "Any client: where a holder's request stands (AdmissionDecision), by the holder's name and the "
@@ -182,14 +171,6 @@ class AdmissionWorkflow:
         if decision.state == "unknown":
             raise ApplicationError(f"request {call.request_id}: {decision.reason}", type="UnknownRequest", non_retryable=True)
         return decision
-
-    def _hear(self, item: InboxItem) -> None:
-        singleton.hear(self._core, item)
-
-    def _refuse(self, signal: str, refused: Refused) -> None:
-        """A signal refused (workflows.inbound): logged, and kept for the `refusals` query."""
-        workflow.logger.warning("signal %s refused: %s", signal, refused)
-        self._refused.append(Refusal(at=workflow.now(), signal=signal, reason=str(refused)))
 
     # --- queries ----------------------------------------------------------------------------
 
@@ -239,7 +220,7 @@ class AdmissionWorkflow:
     @workflow.query(description="Signals this singleton received and did not act on, and why (the newest ones).")
     def refusals(self, *args: Any) -> list[Refusal]:
         no_argument(args, "the refusals query")
-        return list(self._refused)
+        return self._refuse.kept()
 
     def _require_restored(self) -> None:
         restore = self._restore
