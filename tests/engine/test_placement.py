@@ -31,6 +31,14 @@ def test_the_engines_request_names_every_field_it_places_by() -> None:
     assert [error["loc"] for error in refused.value.errors()] == [
         (name,) for name in ENGINE_PLACEMENT if name != "provider"
     ]
+    # ... together with whatever else is wrong, as one answer.
+    with pytest.raises(ValidationError) as refused:
+        AdmissionRequest.model_validate({"request_id": "r", "orchestrator_id": "o", "priority": "high", "bogus": 1})
+    problems = {error["loc"][0]: error["type"] for error in refused.value.errors()}
+    assert problems == {
+        "environment": "missing", "provider": "missing", "runtime_kind": "missing", "priority": "int_parsing",
+        "queue_timeout_seconds": "missing", "submitted_at": "missing", "bogus": "extra_forbidden",
+    }
     schema = AdmissionRequest.model_json_schema()
     assert set(ENGINE_PLACEMENT) <= set(schema["required"])
     assert not any("default" in schema["properties"][name] for name in ENGINE_PLACEMENT)

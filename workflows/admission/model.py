@@ -175,16 +175,29 @@ class AdmissionRequest(Placement):
     gang_id: Identifier | None = None
     gang_size: int | None = Field(default=None, ge=1, le=10_000)
 
-    @model_validator(mode="before")
+    @model_validator(mode="wrap")
     @classmethod
-    def _placement_named(cls, data: object) -> object:
-        if isinstance(data, dict):
-            missing = [name for name in ENGINE_PLACEMENT if name not in data]
-            if missing:
-                raise ValidationError.from_exception_data(
-                    cls.__name__, [InitErrorDetails(type="missing", loc=(name,), input=data) for name in missing],
-                )
-        return data
+    def _placement_named(cls, data: object, handler):
+        """Each placement field the engine needs and was not given is missing, reported with
+        whatever else is wrong, in field order."""
+        missing = [name for name in ENGINE_PLACEMENT if name not in data] if isinstance(data, dict) else []
+        try:
+            validated = handler(data)
+        except ValidationError as error:
+            if not missing:
+                raise
+            found = error.errors()
+        else:
+            if not missing:
+                return validated
+            found = []
+        found += [{"type": "missing", "loc": (name,), "input": data} for name in missing]
+        order = {name: index for index, name in enumerate(cls.model_fields)}
+        found.sort(key=lambda problem: order.get(problem["loc"][0], len(order)) if problem["loc"] else -1)
+        raise ValidationError.from_exception_data(cls.__name__, [
+            InitErrorDetails(type=p["type"], loc=p["loc"], input=p["input"], **({"ctx": p["ctx"]} if "ctx" in p else {}))
+            for p in found
+        ])
 
     @model_validator(mode="after")
     def _gang_fields_together(self) -> "AdmissionRequest":
