@@ -32,6 +32,10 @@ MAX_SPEC_JSON_BYTES = 512 * KIB
 # The longest wait a request, or a lease, may be given. Far beyond any sensible value, and far
 # inside what the admission engine's date arithmetic can represent.
 MAX_DURATION_SECONDS = 366 * 86_400
+# Amounts of named resources (admission's `resource_capacity` and a request's `resources`):
+# counted in thousandths, so that sums are exact; at most this many names in one map.
+MAX_RESOURCE_AMOUNT = 10**12
+MAX_RESOURCE_NAMES = 32
 # Priorities are 64-bit integers wherever they are stored (fleet records, substrate, engine).
 MIN_PRIORITY = -(2**63)
 MAX_PRIORITY = 2**63 - 1

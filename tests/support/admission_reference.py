@@ -23,17 +23,27 @@ expiry (the expired request, and every admitted member of its gang, back to the 
 fresh submission time while attempts remain and it fits without itself); gangs (a gang is
 whatever live records share orchestrator and gang id, recomputed on every question); fair
 share (held leases counted by scanning the admitted records, shares as exact fractions).
+
+Amounts of named resources, reservations, backfill, hold and the forecast (issue 37), the same
+naive way: usage is a sum over the admitted records; the reservation plan is rebuilt from the
+sorted queue for every question, each request's earliest start found by trying every moment a
+lease or reservation ends and checking the amounts in use at every moment of its window; the
+forecast runs this reference itself on a deep copy, releasing each lease at its expected end.
 """
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from fractions import Fraction
 from typing import Callable
 
 from workflows.admission.model import (
+    BACKFILL_POLICY,
+    DRAIN_POLICY,
     FAIR_SHARE_POLICY,
+    HOLD_POLICY,
     GANG_POLICY,
     LANE_OVERRIDE_POLICY,
     PREEMPTION_POLICY,
@@ -56,6 +66,7 @@ from workflows.admission.model import (
     Snapshot,
     Submit,
     TakeSnapshot,
+    amount_text,
 )
 
 CLASS_RANK = {"P0": 0, "P1": 1, "P2": 2, "P3": 3}  # P0 highest ... P3 lowest
@@ -142,12 +153,22 @@ def limits(policy: AdmissionPolicy, r: AdmissionRecord | AdmissionRequest) -> li
     return out
 
 
+def thousandths(amount: float) -> int:
+    return round(amount * 1000)
+
+
 def binding(policy: AdmissionPolicy, r: AdmissionRecord, admitted: list[AdmissionRecord]) -> tuple[str, str] | None:
-    """(kind, 'label used/limit') of the first limit r does not fit, or None when it fits."""
+    """(kind, 'label used/limit') of the first limit r does not fit, or None when it fits: quotas
+    first, then resources by name."""
     for kind, label, limit, counts in limits(policy, r):
         used = sum(1 for a in admitted if counts(a))
         if used >= limit:
             return kind, f"{label} {used}/{limit}"
+    for name in sorted(r.resources):
+        used = sum(thousandths(a.resources.get(name, 0)) for a in admitted)
+        capacity = thousandths(policy.resource_capacity.get(name, 0))
+        if used + thousandths(r.resources[name]) > capacity:
+            return "resource", f"resource {name} {amount_text(used)}/{amount_text(capacity)}"
     return None
 
 
@@ -163,6 +184,14 @@ def never_runs(policy: AdmissionPolicy, r: AdmissionRecord | AdmissionRequest) -
     for kind, _label, limit, _counts in limits(policy, r):
         if limit == 0:
             return f"{names[kind]()}: this request can never run"
+    offered = policy.resource_capacity
+    for name in sorted(r.resources):
+        if name not in offered:
+            has = f"it offers {', '.join(sorted(offered))}" if offered else "its policy sets no resource_capacity"
+            return f"resource {name} is not offered by this host group ({has}): this request can never run"
+        if thousandths(r.resources[name]) > thousandths(offered[name]):
+            return (f"resource {name}: asks {amount_text(thousandths(r.resources[name]))} but the host group has "
+                    f"{amount_text(thousandths(offered[name]))} in all: this request can never run")
     return None
 
 
@@ -238,6 +267,95 @@ def waiting_on(op: _Op, r: AdmissionRecord) -> str:
     return "none" if blocked is None else f"gang {r.gang_id}: {blocked}"
 
 
+# --- reservations and backfill --------------------------------------------------------------------
+
+FAR = datetime.max.replace(tzinfo=timezone.utc)
+UNKNOWN = FAR - timedelta(microseconds=1)
+
+
+def class_of(r: AdmissionRecord) -> tuple:
+    return (r.environment, r.provider, r.runtime_kind, r.lane or "", r.priority_class, tuple(sorted(r.resources.items())))
+
+
+def lease_end(r: AdmissionRecord, now: datetime) -> datetime:
+    if r.expected_duration_seconds is None:
+        return UNKNOWN
+    return max(r.admitted_at + seconds(r.expected_duration_seconds), now + timedelta(microseconds=1))
+
+
+def window_end(start: datetime, duration: float | None) -> datetime:
+    return FAR if duration is None or start >= UNKNOWN else start + seconds(duration)
+
+
+def fits_window(policy: AdmissionPolicy, held: list[tuple[datetime, datetime, dict]], resources: dict,
+                start: datetime, end: datetime) -> bool:
+    """Whether `resources` fit beside `held` (start, end, amounts) at every moment of [start, end)."""
+    moments = [start] + [begin for begin, _end, _amounts in held if start < begin < end]
+    for moment in moments:
+        for name, asked in resources.items():
+            used = sum(thousandths(amounts.get(name, 0)) for begin, stop, amounts in held if begin <= moment < stop)
+            if used + thousandths(asked) > thousandths(policy.resource_capacity.get(name, 0)):
+                return False
+    return True
+
+
+def earliest(op: _Op, held: list, r: AdmissionRecord, floor: datetime) -> datetime:
+    moments = sorted({floor} | {stop for _begin, stop, _amounts in held if stop > floor})
+    for moment in moments:
+        if moment >= FAR:
+            break
+        if fits_window(op.policy, held, r.resources, moment, window_end(moment, r.expected_duration_seconds)):
+            return moment
+    return FAR
+
+
+def leases_held(op: _Op, without: set[str] = frozenset()) -> list:  # type: ignore[assignment]
+    return [(op.now, lease_end(a, op.now), a.resources) for a in admitted(op) if a.resources and a.request_id not in without]
+
+
+def reservations(op: _Op) -> list[tuple[AdmissionRecord, datetime]]:
+    """The plan: the first reservation_depth queued singles naming resources, in order, each
+    reserved from its earliest start when that is not now."""
+    held = leases_held(op)
+    plan = []
+    floors: dict[tuple, datetime] = {}
+    walked = [r for r in queue(op) if r.gang_id is None and r.resources][: op.policy.reservation_depth]
+    for r in walked:
+        start = earliest(op, held, r, floors.get(class_of(r), op.now))
+        if start == op.now:
+            continue
+        plan.append((r, start))
+        floors[class_of(r)] = start
+        if start < FAR:
+            held.append((start, window_end(start, r.expected_duration_seconds), r.resources))
+    return plan
+
+
+def passes(op: _Op, r: AdmissionRecord, resources: dict, duration: float | None,
+           without: set[str] = frozenset()) -> tuple[bool, bool]:  # type: ignore[assignment]
+    """(may r start now beside the reservations ahead of it, is any of them on a resource it asks)."""
+    if not resources:
+        return True, False
+    key = order(op, r)
+    ahead = [(q, start) for q, start in reservations(op)
+             if order(op, q) < key and set(q.resources) & set(resources) and start < FAR]
+    if not ahead:
+        return True, False
+    held = leases_held(op, without) + [
+        (start, window_end(start, q.expected_duration_seconds), q.resources) for q, start in ahead
+    ]
+    return fits_window(op.policy, held, resources, op.now, window_end(op.now, duration)), True
+
+
+def gang_demand(members: list[AdmissionRecord]) -> tuple[dict, float | None]:
+    totals: dict[str, float] = {}
+    for m in members:
+        for name, amount in m.resources.items():
+            totals[name] = (thousandths(totals.get(name, 0)) + thousandths(amount)) / 1000
+    durations = [m.expected_duration_seconds for m in members]
+    return totals, (None if None in durations else max(durations))  # type: ignore[type-var]
+
+
 # --- tick and admission loop ----------------------------------------------------------------------
 
 
@@ -290,19 +408,36 @@ def admit(op: _Op, r: AdmissionRecord, related: str | None = None, policy: str |
 
 
 def admission_loop(op: _Op) -> None:
+    if op.policy.hold:
+        return
+    barred: set = set()  # classes (gangs: their first member) whose head waits for a reservation
     while True:
         running = admitted(op)
         waiting = queue(op)
         for r in waiting:
             if r.gang_id is None:
-                if binding(op.policy, r, running) is None:
-                    admit(op, r, policy=FAIR_SHARE_POLICY if op.policy.fair_share is not None else None)
-                    break
+                if class_of(r) in barred or binding(op.policy, r, running) is not None:
+                    continue
+                allowed, passed = passes(op, r, r.resources, r.expected_duration_seconds)
+                if not allowed:
+                    barred.add(class_of(r))
+                    continue
+                policy = BACKFILL_POLICY if passed else FAIR_SHARE_POLICY if op.policy.fair_share is not None else None
+                admit(op, r, policy=policy)
+                break
             elif gang_ready(op, r) and gang_blocked(op.policy, gang_of(op, r), running) is None:
-                for m in gang_of(op, r):
+                members = gang_of(op, r)
+                shape = ("gang", tuple(sorted(class_of(m) for m in members)))
+                if shape in barred:
+                    continue
+                if not passes(op, r, *gang_demand(members))[0]:
+                    barred.add(shape)
+                    continue
+                for m in members:
                     admit(op, m, policy=GANG_POLICY)
                 break
         else:
+            barred = set()
             singles = [r for r in waiting if r.gang_id is None]  # a gang never displaces or preempts
             if not any(try_lane_override(op, r) or try_preemption(op, r) for r in singles):
                 return
@@ -325,6 +460,8 @@ def try_lane_override(op: _Op, r: AdmissionRecord) -> bool:
         return False
     victim = max(victims, key=lambda a: (CLASS_RANK[a.priority_class], a.admitted_at, a.request_id))
     if binding(policy, r, [a for a in running if a.request_id != victim.request_id]) is not None:
+        return False
+    if not passes(op, r, r.resources, r.expected_duration_seconds, {victim.request_id})[0]:
         return False
     op.change(victim.request_id, "displaced", r.request_id, LANE_OVERRIDE_POLICY,
               state="queued", admitted_at=None, lease_expires_at=None,
@@ -354,23 +491,37 @@ def try_preemption(op: _Op, r: AdmissionRecord) -> bool:
     def strength(unit: list[AdmissionRecord]) -> int:
         return max(eff(policy, m, op.now) for m in unit)
 
-    candidates = []
-    for unit in units:
-        ids = {m.request_id for m in unit}
-        if strength(unit) + policy.preemption_margin < e_r and \
-                binding(policy, r, [a for a in running if a.request_id not in ids]) is None:
-            candidates.append(unit)
-    if not candidates:
+    eligible = [unit for unit in units if strength(unit) + policy.preemption_margin < e_r]
+    # Victim order: (eff ascending, submitted_at descending, request_id descending), by stable sorts from the last key.
+    eligible.sort(key=lambda u: max(m.request_id for m in u), reverse=True)
+    eligible.sort(key=lambda u: max(m.submitted_at for m in u), reverse=True)
+    eligible.sort(key=strength)
+
+    def fits_without(chosen: list[list[AdmissionRecord]]) -> bool:
+        ids = {m.request_id for unit in chosen for m in unit}
+        if binding(policy, r, [a for a in running if a.request_id not in ids]) is not None:
+            return False
+        return passes(op, r, r.resources, r.expected_duration_seconds, ids)[0]
+
+    chosen = next(([unit] for unit in eligible if fits_without([unit])), None)
+    if chosen is None and r.resources:
+        # Several units: in victim order until it fits, then back every one it can do without, strongest first.
+        for count in range(1, len(eligible) + 1):
+            if fits_without(eligible[:count]):
+                chosen = eligible[:count]
+                break
+        if chosen is not None:
+            for unit in list(reversed(chosen[:-1])):
+                rest = [other for other in chosen if other is not unit]
+                if fits_without(rest):
+                    chosen = rest
+    if chosen is None:
         return False
-    # (eff ascending, submitted_at descending, request_id descending), by stable sorts from the last key.
-    candidates.sort(key=lambda u: max(m.request_id for m in u), reverse=True)
-    candidates.sort(key=lambda u: max(m.submitted_at for m in u), reverse=True)
-    candidates.sort(key=strength)
-    unit = candidates[0]
-    for victim in unit:
+    victims = [m for unit in chosen for m in unit]
+    for victim in victims:
         op.change(victim.request_id, "preempted", r.request_id, PREEMPTION_POLICY, state="preempted",
                   preempted_by=r.request_id, finished_at=op.now, reason=f"preempted by {r.request_id}")
-    admit(op, op.state.records[r.request_id], unit[0].request_id, PREEMPTION_POLICY)
+    admit(op, op.state.records[r.request_id], victims[0].request_id, PREEMPTION_POLICY)
     return True
 
 
@@ -442,10 +593,28 @@ def _operate(op: _Op, operation: object) -> OpResult | str | None:
     if isinstance(operation, TakeSnapshot):
         return None  # built after the final tick
     if isinstance(operation, SetPolicy):
-        op.state.policy = operation.policy
+        was_held = op.policy.hold
+        new = op.state.policy = operation.policy
         operator = getattr(operation, "operator", None)  # optional field, newer than the first spec
-        reason = f"policy changed by {operator}" if operator else "policy changed"
-        op.emit("policy-changed", None, None, None, reason, policy="set_policy")
+        by = f" by {operator}" if operator else ""
+        why = f": {new.hold_reason}" if new.hold_reason else ""
+        if new.hold and not was_held:
+            op.emit("policy-changed", None, None, None, f"admission held{by}{why}", policy=HOLD_POLICY)
+        elif was_held and not new.hold:
+            op.emit("policy-changed", None, None, None, f"admission resumed{by}", policy=HOLD_POLICY)
+        else:
+            op.emit("policy-changed", None, None, None, f"policy changed{by}", policy="set_policy")
+        if operation.drain and new.hold:
+            # Every preemptible single, and every gang whose admitted members all are, by request id.
+            units = []
+            for a in sorted(admitted(op), key=lambda a: a.request_id):
+                members = [a] if a.gang_id is None else [m for m in gang_of(op, a) if m.state == "admitted"]
+                if members[0].request_id == a.request_id and all(m.preemptible for m in members):
+                    units.append(members)
+            for unit in units:
+                for m in unit:
+                    op.change(m.request_id, "preempted", policy=DRAIN_POLICY, state="preempted",
+                              finished_at=op.now, reason=f"drained{by}{why}")
         for r in queue(op):
             denial = never_runs(op.policy, r)
             if denial is not None:
@@ -455,13 +624,51 @@ def _operate(op: _Op, operation: object) -> OpResult | str | None:
     raise TypeError(f"not an admission operation: {operation!r}")
 
 
+def forecast(op: _Op) -> dict[str, datetime | None]:
+    """Each queued request's predicted start: this reference run forward on a copy, every lease
+    released at its expected end and renewed until then, nothing new arriving."""
+    sim = copy.deepcopy(op.state)
+    waiting = {r.request_id for r in queue(op)}
+    found: dict[str, datetime | None] = {rid: None for rid in waiting}
+    now = op.now
+    for _ in range(10_000):
+        for rid, r in sim.records.items():  # holders renew: no lease expires
+            if r.state == "admitted":
+                sim.records[rid] = r.model_copy(update={"lease_expires_at": FAR})
+        step = _Op(sim, now)
+        moments = [lease_end(a, now) for a in admitted(step) if a.expected_duration_seconds is not None]
+        moments += [r.queue_deadline for r in queue(step)]
+        singles = [r for r in queue(step) if r.gang_id is None or gang_ready(step, r)]
+        if sim.policy.allow_preemption and any(a.preemptible for a in admitted(step)) and \
+                any(r.gang_id is None for r in singles):
+            aging = seconds(sim.policy.aging_interval_seconds)
+            moments += [r.submitted_at + (max(timedelta(0), now - r.submitted_at) // aging + 1) * aging for r in singles]
+        if not moments or min(moments) >= UNKNOWN:
+            break
+        now = max(now, min(moments))
+        step = _Op(sim, now)
+        for a in admitted(step):
+            if a.expected_duration_seconds is not None and lease_end(a, now) <= now:
+                sim.records[a.request_id] = a.model_copy(update={"state": "released", "finished_at": now})
+        tick(step)
+        for rid in [rid for rid in waiting if sim.records.get(rid) is None or sim.records[rid].state != "queued"]:
+            waiting.discard(rid)
+            if sim.records.get(rid) is not None and sim.records[rid].state == "admitted":
+                found[rid] = now
+        if not waiting:
+            break
+    return found
+
+
 def snapshot(op: _Op) -> Snapshot:
     entries = []
+    etas = forecast(op)
     for position, r in enumerate(queue(op), start=1):
         entries.append(QueueEntry(request_id=r.request_id, position=position,
                                   effective_priority=eff(op.policy, r, op.now),
-                                  binding_constraint=waiting_on(op, r)))
-    return Snapshot(revision=op.state.revision, records=dict(op.state.records), queue=entries)
+                                  binding_constraint=waiting_on(op, r), eta=etas[r.request_id]))
+    records = {rid: r.model_copy(update={"eta": etas[rid]}) if rid in etas else r for rid, r in op.state.records.items()}
+    return Snapshot(revision=op.state.revision, records=records, queue=entries)
 
 
 def apply(state: RefState, operation: object, now: datetime) -> tuple[RefState, OpResult, list[AuditEvent]]:

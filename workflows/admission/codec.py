@@ -45,7 +45,8 @@ def unpack_json(blob: str) -> object:
 # from a value the decoder already has, so times that move together cost next to nothing.
 _VALUE_COLUMNS = (
     "environment", "provider", "runtime_kind", "priority", "queue_timeout_seconds", "preemptible", "lane",
-    "priority_class", "gang_size", "state", "revision", "reason", "lease_revision", "requeue_attempts",
+    "priority_class", "gang_size", "expected_duration_seconds", "state", "revision", "reason", "lease_revision",
+    "requeue_attempts",
 )
 _ID_COLUMNS = ("requester", "orchestrator_id", "gang_id", "preempted_by")
 _RECORD_VALUES = ("state", "revision", "reason", "lease_revision", "requeue_attempts", "preempted_by")
@@ -190,6 +191,10 @@ def encode(state: EngineState, requesters: Mapping[str, str] | None = None) -> s
     }
     for name in _VALUE_COLUMNS:
         columns[name] = _values([getattr(rec, name) if name in _RECORD_VALUES else getattr(rec.request, name) for rec in recs])
+    # Amounts as one canonical form per distinct map ({"gpu": 1} and {"gpu": 1.0} alike): few-valued.
+    columns["resources"] = _values([
+        json.dumps(sorted(r.resources.items())) if r.resources else None for r in request
+    ])
     document = {
         "format": FORMAT,
         "policy": state.policy.model_dump(mode="json"),
@@ -264,6 +269,9 @@ class _Columns:
         self.tails = _unvalues(columns["tail"], count)
         self.ids = {name: _unvalues(columns[name], count, self.stems) for name in _ID_COLUMNS}
         self.values = {name: _unvalues(columns[name], count) for name in _VALUE_COLUMNS}
+        self.values["resources"] = [
+            dict(json.loads(form)) if form else {} for form in _unvalues(columns["resources"], count)
+        ]
         self.times = {name: _unints(columns[name], count) for name in (
             "submitted_us", "queue_deadline_us", "admitted_us", "lease_expires_us", "finished_us",
         )}
@@ -271,7 +279,7 @@ class _Columns:
 
     def decode(self, state: EngineState, requesters: dict[str, str], start: int, stop: int) -> None:
         stems, tails, ids, values, times, ttl_us = self.stems, self.tails, self.ids, self.values, self.times, self.ttl_us
-        request_names = [name for name in _VALUE_COLUMNS if name not in _RECORD_VALUES]
+        request_names = [name for name in _VALUE_COLUMNS if name not in _RECORD_VALUES] + ["resources"]
         for position in range(start, stop):
             request_id = stems[position] + tails[position]
             fields = {name: values[name][position] for name in request_names}

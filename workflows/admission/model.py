@@ -13,7 +13,14 @@ from typing import Annotated, Literal, Union
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
 from pydantic_core import InitErrorDetails
 
-from workflows.limits import MAX_DURATION_SECONDS, MAX_OPERATOR_CHARS, MAX_PRIORITY, MIN_PRIORITY
+from workflows.limits import (
+    MAX_DURATION_SECONDS,
+    MAX_OPERATOR_CHARS,
+    MAX_PRIORITY,
+    MAX_RESOURCE_AMOUNT,
+    MAX_RESOURCE_NAMES,
+    MIN_PRIORITY,
+)
 
 RuntimeKind = Literal["host", "container", "vm", "microvm", "custom"]
 PriorityClass = Literal["P0", "P1", "P2", "P3"]
@@ -30,6 +37,9 @@ QUOTA_POLICY = "quota"
 REQUEUE_POLICY = "requeue"  # ADR-004 bounded requeue after lease expiry
 GANG_POLICY = "gang"  # all-or-nothing admission of a gang
 FAIR_SHARE_POLICY = "fair-share"  # a plain admission ordered by fair share between orchestrators
+BACKFILL_POLICY = "backfill"  # admitted past a reservation it ends before
+DRAIN_POLICY = "drain"  # preempted because an operator held the host group with --drain
+HOLD_POLICY = "hold"  # the policy change that held or resumed admission
 
 
 def _aware(value: datetime) -> datetime:
@@ -45,6 +55,28 @@ Name = Annotated[str, Field(min_length=1, max_length=256)]
 Quota = Annotated[int, Field(ge=0)]
 # A wait the engine turns into a date: bounded so that the date exists (see workflows.limits).
 Duration = Annotated[float, Field(gt=0, le=MAX_DURATION_SECONDS)]
+
+
+def _thousandths(value: float) -> float:
+    """Amounts are counted in thousandths (like Kubernetes' millicores), so that used + asked is
+    exact however many requests add up."""
+    if abs(round(value * 1000) - value * 1000) > 1e-6:
+        raise ValueError(f"amounts are counted in thousandths: {value!r} has more than 3 decimal places")
+    return value
+
+
+Amount = Annotated[float, Field(ge=0, le=MAX_RESOURCE_AMOUNT, allow_inf_nan=False), AfterValidator(_thousandths)]
+Resources = Annotated[dict[Identifier, Amount], Field(max_length=MAX_RESOURCE_NAMES)]
+
+
+def to_thousandths(amount: float) -> int:
+    return round(amount * 1000)
+
+
+def amount_text(thousandths: int) -> str:
+    """An amount as a person wrote it: 4, 0.5, 2.25."""
+    whole, part = divmod(thousandths, 1000)
+    return str(whole) if not part else f"{whole}.{part:03d}".rstrip("0")
 
 
 def _sensible_name(value: str) -> str:
@@ -103,6 +135,18 @@ class AdmissionPolicy(_Strict):
     lane_wip_limits: dict[str, Quota] = Field(default_factory=dict)
     priority_admission: PriorityAdmission = Field(default_factory=PriorityAdmission)
     terminal_retention_seconds: float = Field(default=86400, ge=0)
+    # Amounts of named resources the host group offers (`{"gpu": 4, "memory_gib": 64}`): a request
+    # naming some fits only while, for each, used + asked <= capacity (on top of the quotas, which
+    # count leases). Unset: requests name no resources.
+    resource_capacity: Resources = Field(default_factory=dict)
+    # How many queued requests naming resources, in admission order, the reservation plan looks at
+    # (Slurm's bf_max_job_test): those that cannot start now hold a reservation, later ones only
+    # pass them by ending first (backfill). Beyond it, requests hold no reservation.
+    reservation_depth: int = Field(default=100, ge=0, le=10_000)
+    # Hold (Kueue's stopPolicy Hold): nothing new is admitted, queued requests stay queued (their
+    # deadlines run), leases run on. `conductor admission hold` / `resume` set it.
+    hold: bool = False
+    hold_reason: str | None = Field(default=None, max_length=2000)
     # ADR-004: how often a request whose lease expired goes back to the queue before it ends timed-out.
     max_requeue_attempts: int = Field(default=2, ge=0)
     # ADR-004: the measured time workloads take to start (admission to first sign of life). A lease
@@ -144,6 +188,11 @@ class Placement(_Strict):
     lane: Name | None = None
     priority_class: PriorityClass = "P2"
     queue_timeout_seconds: Duration = 3600
+    # Amounts of the host group's named resources this workload takes while it runs.
+    resources: Resources = Field(default_factory=dict)
+    # How long it will hold its lease once admitted, if known: what lets it backfill past a
+    # reservation and what the queue's predicted starts (`eta`) are computed from.
+    expected_duration_seconds: Duration | None = None
 
     def placement(self) -> dict[str, object]:
         """Just these fields, to build another model on them (a child's admission request)."""
@@ -210,6 +259,8 @@ class AdmissionRequest(Placement):
         identity: tuple = (self.orchestrator_id, self.environment, self.provider, self.runtime_kind, self.lane)
         if self.gang_id is not None:
             identity += (self.gang_id, self.gang_size)
+        if self.resources:
+            identity += (tuple(sorted(self.resources.items())),)
         return identity
 
 
@@ -226,6 +277,9 @@ class AdmissionRecord(AdmissionRequest):
     finished_at: datetime | None = None
     preempted_by: str | None = None
     requeue_attempts: int = 0  # ADR-004: times it went back to the queue after its lease expired
+    # When a queued request is predicted to start (RFC 3339), or None when that cannot be known:
+    # filled by the views (engine.forecast), not by every operation.
+    eta: datetime | None = None
 
 
 class AuditEvent(_Strict):
@@ -247,6 +301,7 @@ class QueueEntry(_Strict):
     position: int
     effective_priority: int
     binding_constraint: str
+    eta: datetime | None = None
 
 
 class Snapshot(_Strict):
@@ -302,6 +357,8 @@ class SetPolicy(_Strict):
     op: Literal["set_policy"] = "set_policy"
     policy: AdmissionPolicy
     operator: str | None = None  # who changed it: the audit event names them
+    # With a policy that holds: also preempt every preemptible lease (Kueue's HoldAndDrain).
+    drain: bool = False
 
 
 Operation = Annotated[

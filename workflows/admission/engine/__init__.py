@@ -34,14 +34,17 @@ as consumed and use the returned one.
 This package is that one public surface (`__all__`); its modules split it by concern:
 `state` (records and the structures that index them), `order`, `capacity` (what fits),
 `indexes`, `transitions` (one record's changes and their audit events), `preemption`
-(choosing targets, over the state only), `scheduling` (the admission pass), `refusals`,
-`apply` (the operations) and `views` (what clients read).
+(choosing targets, over the state only), `reservations` (amounts reserved ahead, backfill),
+`scheduling` (the admission pass), `refusals`, `apply` (the operations), `forecast` (the
+queue played forward: each request's predicted start) and `views` (what clients read).
 """
 
 from workflows.admission.engine.apply import apply
 from workflows.admission.engine.capacity import waiting_on
+from workflows.admission.engine.forecast import forecast
 from workflows.admission.engine.indexes import rebuild_indexes
 from workflows.admission.engine.order import effective_priority, order_key
+from workflows.admission.engine.scheduling import next_wakeup
 from workflows.admission.engine.state import (
     EngineState,
     Rec,
@@ -50,7 +53,6 @@ from workflows.admission.engine.state import (
     to_micros,
 )
 from workflows.admission.engine.views import (
-    next_wakeup,
     queue_position,
     queue_view,
     queued_in_order,
@@ -64,6 +66,7 @@ __all__ = [
     "Rec",
     "apply",
     "effective_priority",
+    "forecast",
     "from_micros",
     "new_state",
     "next_wakeup",

@@ -19,7 +19,10 @@ from workflows.admission.engine.scheduling import tick
 from workflows.admission.engine.state import EngineState, Rec, install_policy, to_micros
 from workflows.admission.engine.transitions import Changes, finish
 from workflows.admission.engine.views import snapshot
+from workflows.admission.engine.preemption import preemption_units
 from workflows.admission.model import (
+    DRAIN_POLICY,
+    HOLD_POLICY,
     QUOTA_POLICY,
     AuditEvent,
     Cancel,
@@ -131,9 +134,18 @@ def _cancel(state: EngineState, changes: Changes, op: Cancel) -> Rec | OpResult:
 
 
 def _set_policy(state: EngineState, changes: Changes, op: SetPolicy) -> OpResult:
+    was_held = state.policy.hold
     install_policy(state, op.policy)
-    reason = f"policy changed by {op.operator}" if op.operator else "policy changed"
-    changes.emit("policy-changed", None, None, reason, policy="set_policy")
+    by = f" by {op.operator}" if op.operator else ""
+    if op.policy.hold and not was_held:
+        reason, kind = f"admission held{by}" + (f": {op.policy.hold_reason}" if op.policy.hold_reason else ""), HOLD_POLICY
+    elif was_held and not op.policy.hold:
+        reason, kind = f"admission resumed{by}", HOLD_POLICY
+    else:
+        reason, kind = f"policy changed{by}", "set_policy"
+    changes.emit("policy-changed", None, None, reason, policy=kind)
+    if op.drain and op.policy.hold:
+        _drain(state, changes, f"drained{by}" + (f": {op.policy.hold_reason}" if op.policy.hold_reason else ""))
     doomed: list[Rec] = []
     for key, queue_class in [*state.classes.items(), *state.gang_classes.items()]:
         if is_gang_key(key):
@@ -148,6 +160,14 @@ def _set_policy(state: EngineState, changes: Changes, op: SetPolicy) -> OpResult
     for rec in doomed:
         finish(state, changes, rec, "denied", "denied", never_runs(state.policy, rec.class_key) or "", policy=QUOTA_POLICY)
     return OpResult(op="set_policy", ok=True)
+
+
+def _drain(state: EngineState, changes: Changes, reason: str) -> None:
+    """Preempt every preemptible lease (a gang only when all its admitted members are), in
+    request_id order: what a hold with --drain does (Kueue's HoldAndDrain)."""
+    for unit in sorted(preemption_units(state), key=lambda unit: unit[0].request_id):
+        for victim in unit:
+            finish(state, changes, victim, "preempted", "preempted", reason, policy=DRAIN_POLICY, place=False)
 
 
 _HANDLERS = {

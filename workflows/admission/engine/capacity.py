@@ -15,12 +15,13 @@ from workflows.admission.engine.state import (
     gang_members,
     gang_ready,
 )
-from workflows.admission.model import AdmissionPolicy
+from workflows.admission.model import AdmissionPolicy, amount_text
 
 
 def class_limits_of(policy: AdmissionPolicy, key: ClassKey) -> list[tuple[str, str, int]]:
-    """(kind, label, limit) for every limit that applies to a class, in checking order."""
-    environment, provider, runtime_kind, lane, _ = key
+    """(kind, label, limit) for every quota (a count of leases) that applies to a class, in checking
+    order. Amounts of named resources are checked after them (`_amount_blocker`)."""
+    environment, provider, runtime_kind, lane = key[:4]
     limits = [("global", "global", policy.max_concurrent)]
     if environment in policy.environment_quotas:
         limits.append(("environment", f"environment {environment}", policy.environment_quotas[environment]))
@@ -66,18 +67,46 @@ def _class_limits(state: EngineState, key: ClassKey) -> list[tuple[str, str, int
     return limits
 
 
-def blocking_limits(state: EngineState, key: ClassKey, without: Rec | None = None) -> list[tuple[str, str, int, int]]:
+def _amount_used(state: EngineState, name: str, without: tuple[Rec, ...] | list[Rec] = ()) -> int:
+    used = state.usage.amounts[name]
+    for victim in without:
+        for victim_name, amount in victim.amounts:
+            if victim_name == name:
+                used -= amount
+    return used
+
+
+def _amount_blocker(
+    state: EngineState, amounts: tuple, without: tuple[Rec, ...] | list[Rec] = (), placed: Counter[str] | None = None,
+) -> tuple[str, str, str, str] | None:
+    """("resource", "resource <name>", used, capacity) of the first resource, by name, that cannot
+    take `amounts` now (amounts shown as written); None when all can."""
+    capacity = state.capacity
+    for name, asked in amounts:
+        used = _amount_used(state, name, without) + (placed[name] if placed else 0)
+        limit = capacity.get(name, 0)
+        if used + asked > limit:
+            return "resource", f"resource {name}", amount_text(used), amount_text(limit)
+    return None
+
+
+def blocking_limits(state: EngineState, key: ClassKey, without: Rec | None = None) -> list[tuple[str, str, object, object]]:
     """Every limit a class would exceed now, as (kind, label, used, limit); empty if it fits.
+    Quotas come first, then the first resource short of the amounts asked.
 
     `without` answers "would it fit if this admitted request were gone?"
     """
-    blocked = []
+    blocked: list[tuple[str, str, object, object]] = []
     for kind, label, limit in _class_limits(state, key):
         used = _used(state.usage, kind, key)
         if without is not None and _shares(without, kind, key):
             used -= 1
         if used >= limit:
             blocked.append((kind, label, used, limit))
+    if key[5]:
+        short = _amount_blocker(state, key[5], () if without is None else (without,))
+        if short is not None:
+            blocked.append(short)
     return blocked
 
 
@@ -90,15 +119,21 @@ def fits_now(state: EngineState, key: ClassKey, without: tuple[Rec, ...] | list[
                 used -= 1
         if used >= limit:
             return False
-    return True
+    return not key[5] or _amount_blocker(state, key[5], without) is None
+
+
+def fits_amounts(state: EngineState, key: ClassKey) -> bool:
+    """Whether the amounts a class asks are free now (its quotas aside)."""
+    return not key[5] or _amount_blocker(state, key[5]) is None
 
 
 def gang_blocker(
     state: EngineState, members: list[Rec], without: list[Rec] | tuple[Rec, ...] = (),
-) -> tuple[Rec, str, int, int] | None:
+) -> tuple[Rec, str, object, object] | None:
     """(member, limit label, used, limit) of the first member, in request_id order, that does not
     fit once the members before it are placed; None when the whole gang fits at once."""
     placed: Counter[str] = Counter()
+    amounts: Counter[str] = Counter()
     for member in members:
         key = member.class_key
         limits = _class_limits(state, key)
@@ -109,20 +144,30 @@ def gang_blocker(
                     used -= 1
             if used >= limit:
                 return member, label, used, limit
+        short = _amount_blocker(state, member.amounts, without, amounts) if member.amounts else None
+        if short is not None:
+            return member, short[1], short[2], short[3]
         for _kind, label, _limit in limits:
             placed[label] += 1
+        for name, amount in member.amounts:
+            amounts[name] += amount
     return None
 
 
 def shape_fits(state: EngineState, shape: tuple[ClassKey, ...]) -> bool:
     placed: Counter[str] = Counter()
+    amounts: Counter[str] = Counter()
     for key in shape:
         limits = _class_limits(state, key)
         for kind, label, limit in limits:
             if _used(state.usage, kind, key) + placed[label] >= limit:
                 return False
+        if key[5] and _amount_blocker(state, key[5], (), amounts) is not None:
+            return False
         for _kind, label, _limit in limits:
             placed[label] += 1
+        for name, amount in key[5]:
+            amounts[name] += amount
     return True
 
 

@@ -47,6 +47,7 @@ def rebuild_indexes(state: EngineState) -> None:
     heapq.heapify(state.lease_heap)
     heapq.heapify(state.deadline_heap)
     state.settled_at_us = None
+    state.plan = None
 
 
 def _class_add(state: EngineState, key: tuple, rec: Rec) -> None:
@@ -58,6 +59,8 @@ def _class_add(state: EngineState, key: tuple, rec: Rec) -> None:
             trie_add(state.gang_trie, key)
     queue_class.add(rec)
     rec.queue_key = key
+    if rec.amounts:
+        state.amounts_epoch += 1
 
 
 def _join_gang(state: EngineState, rec: Rec) -> Gang:
@@ -73,6 +76,8 @@ def _join_gang(state: EngineState, rec: Rec) -> Gang:
 
 def unqueue(state: EngineState, rec: Rec) -> None:
     """Take a queued request out of whichever queue index holds it (its state is unchanged)."""
+    if rec.amounts:
+        state.amounts_epoch += 1
     key = rec.queue_key
     if key is None:
         state.parked.pop(rec.request_id, None)

@@ -29,4 +29,4 @@ def is_gang_key(key: tuple) -> bool:
 
 
 def sortable(key: ClassKey) -> tuple:
-    return (key[0], key[1], key[2], key[3] or "", key[4])
+    return (key[0], key[1], key[2], key[3] or "", key[4], key[5])

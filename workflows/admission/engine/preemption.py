@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from workflows.admission.engine.capacity import blocking_limits, fits_now
 from workflows.admission.engine.order import effective_priority
-from workflows.admission.engine.state import EngineState, GangKey, Rec, gang_members
+from workflows.admission.engine.reservations import may_start_now
+from workflows.admission.engine.state import EngineState, GangKey, OrderKey, Rec, gang_members
 
 
 def lane_override_victim(state: EngineState, candidate: Rec) -> Rec | None:
@@ -32,7 +33,7 @@ def lane_override_victim(state: EngineState, candidate: Rec) -> Rec | None:
     return victim if fits_now(state, key, without=(victim,)) else None
 
 
-def _preemption_units(state: EngineState) -> list[list[Rec]]:
+def preemption_units(state: EngineState) -> list[list[Rec]]:
     """What preemption may take: single preemptible holders, and gangs whose every admitted
     member is preemptible (taken whole, members in request_id order)."""
     units: list[list[Rec]] = []
@@ -49,21 +50,50 @@ def _preemption_units(state: EngineState) -> list[list[Rec]]:
     return units
 
 
-def preemption_victims(state: EngineState, candidate: Rec) -> list[Rec]:
+def preemption_victims(state: EngineState, candidate: Rec, key: OrderKey | None = None) -> list[Rec]:
+    """The fewest preemptible leases whose going makes `candidate` fit (and, at order `key`, pass the
+    reservations ahead of it), lowest effective priority first; [] when even all would not do.
+
+    One unit is enough for quotas, which count leases: the first in victim order that alone makes
+    room. A candidate asking amounts may need several: units are taken in victim order until it
+    fits, then every one it can do without is given back, the strongest first.
+    """
     margin = state.policy.preemption_margin
     candidate_effective = effective_priority(state, candidate)
-    best: list[Rec] = []
-    best_order: tuple | None = None
-    for unit in _preemption_units(state):
+    eligible: list[tuple[int, int, list[Rec]]] = []
+    for unit in preemption_units(state):
         # A unit is as strong as its strongest member; the latest submission and highest id speak for it.
         unit_effective = max(effective_priority(state, member) for member in unit)
-        if unit_effective + margin >= candidate_effective:
-            continue
-        if not fits_now(state, candidate.class_key, without=unit):
-            continue
-        # Victim order: lowest effective priority, then latest submitted, then highest id.
-        order = (unit_effective, -max(member.submitted_us for member in unit))
-        unit_id = max(member.request_id for member in unit)
-        if best_order is None or order < best_order or (order == best_order and unit_id > max(m.request_id for m in best)):
-            best, best_order = unit, order
-    return best
+        if unit_effective + margin < candidate_effective:
+            eligible.append((unit_effective, -max(member.submitted_us for member in unit), unit))
+    # Victim order: lowest effective priority, then latest submitted, then highest id.
+    eligible.sort(key=lambda entry: max(member.request_id for member in entry[2]), reverse=True)
+    eligible.sort(key=lambda entry: entry[:2])
+    units = [unit for _effective, _submitted, unit in eligible]
+
+    def fits(victims: list[Rec]) -> bool:
+        if not fits_now(state, candidate.class_key, without=victims):
+            return False
+        return key is None or may_start_now(state, key, candidate.amounts, candidate.duration_us, victims)[0]
+
+    for unit in units:
+        if fits(unit):
+            return unit
+    if not candidate.amounts:
+        return []
+    taken: list[list[Rec]] = []
+    for unit in units:
+        taken.append(unit)
+        if fits(_flat(taken)):
+            break
+    else:
+        return []
+    for unit in reversed(taken[:-1]):
+        trial = [other for other in taken if other is not unit]
+        if fits(_flat(trial)):
+            taken = trial
+    return _flat(taken)
+
+
+def _flat(units: list[list[Rec]]) -> list[Rec]:
+    return [member for unit in units for member in unit]

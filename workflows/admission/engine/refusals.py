@@ -11,12 +11,13 @@ from workflows.admission.model import (
     AdmissionRequest,
     OpError,
     OpResult,
+    amount_text,
 )
 
 
 def never_runs(policy: AdmissionPolicy, key: ClassKey) -> str | None:
     """The first limit that is zero for this class, named for a person; None if it can run."""
-    environment, provider, runtime_kind, lane, _ = key
+    environment, provider, runtime_kind, lane = key[:4]
     names = {
         "global": "max_concurrent",
         "environment": f"environment quota for {environment}",
@@ -27,6 +28,21 @@ def never_runs(policy: AdmissionPolicy, key: ClassKey) -> str | None:
     for kind, _label, limit in class_limits_of(policy, key):
         if limit == 0:
             return f"{names[kind]} is 0: this request can never run"
+    return _amounts_never_fit(policy, key[5])
+
+
+def _amounts_never_fit(policy: AdmissionPolicy, amounts: tuple) -> str | None:
+    offered = policy.resource_capacity
+    for name, asked in amounts:
+        if name not in offered:
+            has = f"it offers {', '.join(sorted(offered))}" if offered else "its policy sets no resource_capacity"
+            return f"resource {name} is not offered by this host group ({has}): this request can never run"
+        capacity = round(offered[name] * 1000)
+        if asked > capacity:
+            return (
+                f"resource {name}: asks {amount_text(asked)} but the host group has {amount_text(capacity)} in all: "
+                "this request can never run"
+            )
     return None
 
 

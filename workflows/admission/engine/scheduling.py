@@ -5,6 +5,7 @@ lane or preempting where the policy allows it.
 from __future__ import annotations
 
 import heapq
+from datetime import datetime
 
 from workflows.admission.engine.capacity import (
     fits_now,
@@ -16,7 +17,8 @@ from workflows.admission.engine.preemption import (
     lane_override_victim,
     preemption_victims,
 )
-from workflows.admission.engine.state import EngineState, OrderKey
+from workflows.admission.engine.reservations import may_start_now
+from workflows.admission.engine.state import EngineState, OrderKey, Rec, from_micros, gang_members
 from workflows.admission.engine.transitions import (
     Changes,
     admit,
@@ -27,6 +29,7 @@ from workflows.admission.engine.transitions import (
     finish,
 )
 from workflows.admission.model import (
+    BACKFILL_POLICY,
     FAIR_SHARE_POLICY,
     LANE_OVERRIDE_POLICY,
     PREEMPTION_POLICY,
@@ -59,13 +62,20 @@ def _admission_loop(state: EngineState, changes: Changes) -> None:
         not state.policy.allow_preemption or state.settled_at_us == state.now_us
     ):
         return  # nothing that could admit anything has changed since the last pass
+    if state.policy.hold:
+        state.settled_at_us = state.now_us
+        return  # held: nothing new is admitted (docs/admission-engine.md, "Hold and drain")
     gangs = _GangCandidates()
+    # Classes whose head must wait for a reservation ahead of it. Admissions only take capacity,
+    # so a class barred in this run stays barred until preemption or displacement frees some.
+    barred: set[tuple] = set()
     while state.classes or state.gang_classes:
-        if _admit_best_fitting(state, changes, gangs):
+        if _admit_best_fitting(state, changes, gangs, barred):
             continue
         if not _override_or_preempt(state, changes):
             break
         gangs = _GangCandidates()  # displacement or preemption moved capacity: look again
+        barred = set()
     state.settled_at_us = state.now_us
 
 
@@ -84,7 +94,7 @@ class _GangCandidates:
     def __init__(self) -> None:
         self.heap: list[tuple[OrderKey, tuple]] | None = None
 
-    def best(self, state: EngineState) -> tuple[OrderKey, str] | None:
+    def best(self, state: EngineState, barred: set[tuple]) -> tuple[OrderKey, str] | None:
         if self.heap is None:
             self.heap = [
                 (state.gang_classes[key].head(state)[0], key)
@@ -95,7 +105,7 @@ class _GangCandidates:
         while heap:
             known, key = heap[0]
             queue_class = state.gang_classes.get(key)
-            if queue_class is None or not shape_fits(state, key[1]):
+            if queue_class is None or key in barred or not shape_fits(state, key[1]):
                 heapq.heappop(heap)
                 continue
             head = queue_class.head(state)
@@ -106,38 +116,60 @@ class _GangCandidates:
         return None
 
 
-def _admit_best_fitting(state: EngineState, changes: Changes, gangs: _GangCandidates) -> bool:
+def _admit_best_fitting(state: EngineState, changes: Changes, gangs: _GangCandidates, barred: set[tuple]) -> bool:
+    """Admit the best request that fits now and may pass the reservations ahead of it; False when
+    there is none."""
     if state.usage.total >= state.policy.max_concurrent:
         return False
-    best: tuple[OrderKey, str] | None = None
-    if state.fair:
-        # Fair-share heads cost a walk: only classes at the top effective priority can win.
-        fitting = [(queue_class.top_effective(state), queue_class) for key, queue_class in state.classes.items()
-                   if fits_now(state, key)]
-        top = max((effective for effective, _ in fitting), default=None)
-        for effective, queue_class in fitting:
-            if effective == top:
-                head = queue_class.head(state)
-                if best is None or head[0] < best[0]:
-                    best = head
-    else:
-        for key, queue_class in state.classes.items():
-            if fits_now(state, key):
-                head = queue_class.head(state)
-                if best is None or head[0] < best[0]:
-                    best = head
-    if state.gang_classes:
-        head = gangs.best(state)
-        if head is not None and (best is None or head[0] < best[0]):
-            best = head
-    if best is None:
-        return False
-    rec = state.records[best[1]]
-    if rec.gang is not None:
-        admit_gang(state, changes, state.gangs[rec.gang])
-    else:
-        admit(state, changes, rec, policy=FAIR_SHARE_POLICY if state.fair else None)
-    return True
+    while True:
+        best: tuple[OrderKey, str] | None = None
+        if state.fair:
+            # Fair-share heads cost a walk: only classes at the top effective priority can win.
+            fitting = [(queue_class.top_effective(state), queue_class) for key, queue_class in state.classes.items()
+                       if key not in barred and fits_now(state, key)]
+            top = max((effective for effective, _ in fitting), default=None)
+            for effective, queue_class in fitting:
+                if effective == top:
+                    head = queue_class.head(state)
+                    if best is None or head[0] < best[0]:
+                        best = head
+        else:
+            for key, queue_class in state.classes.items():
+                if key not in barred and fits_now(state, key):
+                    head = queue_class.head(state)
+                    if best is None or head[0] < best[0]:
+                        best = head
+        if state.gang_classes:
+            head = gangs.best(state, barred)
+            if head is not None and (best is None or head[0] < best[0]):
+                best = head
+        if best is None:
+            return False
+        rec = state.records[best[1]]
+        allowed, passes = _passes_reservations(state, best[0], rec)
+        if not allowed:
+            barred.add(rec.queue_key)  # type: ignore[arg-type]
+            continue
+        if rec.gang is not None:
+            admit_gang(state, changes, state.gangs[rec.gang])
+        else:
+            admit(state, changes, rec, policy=BACKFILL_POLICY if passes else FAIR_SHARE_POLICY if state.fair else None)
+        return True
+
+
+def _passes_reservations(state: EngineState, key: OrderKey, rec: Rec, without: tuple[Rec, ...] | list[Rec] = ()) -> tuple[bool, bool]:
+    """A single request, or a gang as a whole (all its amounts, for as long as its longest member
+    is expected to run): see `reservations.may_start_now`."""
+    if rec.gang is None:
+        return may_start_now(state, key, rec.amounts, rec.duration_us, without)
+    members = gang_members(state, state.gangs[rec.gang])
+    totals: dict[str, int] = {}
+    for member in members:
+        for name, amount in member.amounts:
+            totals[name] = totals.get(name, 0) + amount
+    durations = [member.duration_us for member in members]
+    duration = None if None in durations else max(durations)  # type: ignore[type-var]
+    return may_start_now(state, key, tuple(sorted(totals.items())), duration, without)
 
 
 def _override_or_preempt(state: EngineState, changes: Changes) -> bool:
@@ -155,16 +187,16 @@ def _override_or_preempt(state: EngineState, changes: Changes) -> bool:
         weakest = min(effective_priority(state, state.records[request_id]) for request_id in state.preemptible_admitted)
         if weakest + policy.preemption_margin >= -heads[0][0][0]:
             return False
-    for _key, request_id in heads:
+    for key, request_id in heads:
         candidate = state.records[request_id]
         if lane_override:
             victim = lane_override_victim(state, candidate)
-            if victim is not None:
+            if victim is not None and _passes_reservations(state, key, candidate, (victim,))[0]:
                 displace(state, changes, victim, candidate)
                 admit(state, changes, candidate, related=victim.request_id, policy=LANE_OVERRIDE_POLICY)
                 return True
         if preemption:
-            victims = preemption_victims(state, candidate)
+            victims = preemption_victims(state, candidate, key)
             if victims:
                 for victim in victims:
                     finish(
@@ -175,3 +207,38 @@ def _override_or_preempt(state: EngineState, changes: Changes) -> bool:
                 admit(state, changes, candidate, related=victims[0].request_id, policy=PREEMPTION_POLICY)
                 return True
     return False
+
+
+def next_wakeup(state: EngineState) -> datetime | None:
+    """The earliest future moment at which time alone can change a decision.
+
+    Lease expiries and queue deadlines always can; aging steps can only when a
+    queued request might overtake a preemptible holder or another queued request
+    for capacity that preemption would free, so they count only while
+    preemption is on and something is preemptible.
+    """
+    candidates: list[int] = []
+    _prune_heap(state.lease_heap, lambda expires_us, rec: rec.state == "admitted" and rec.lease_expires_us == expires_us, state)
+    _prune_heap(state.deadline_heap, lambda deadline_us, rec: rec.state == "queued" and rec.queue_deadline_us == deadline_us, state)
+    if state.lease_heap:
+        candidates.append(state.lease_heap[0][0])
+    if state.deadline_heap:
+        candidates.append(state.deadline_heap[0][0])
+    if state.policy.allow_preemption and state.preemptible_admitted and state.classes:
+        aging = state.aging_us
+        now = state.now_us
+        for queue_class in state.all_classes():
+            for bucket in queue_class.buckets.values():
+                submitted_us = bucket[0][0]
+                age = max(0, now - submitted_us)
+                candidates.append(submitted_us + (age // aging + 1) * aging)
+    return from_micros(min(candidates)) if candidates else None
+
+
+def _prune_heap(heap: list[tuple[int, str]], live, state: EngineState) -> None:
+    while heap:
+        moment, request_id = heap[0]
+        rec = state.records.get(request_id)
+        if rec is not None and live(moment, rec):
+            return
+        heapq.heappop(heap)

@@ -12,12 +12,14 @@ from fractions import Fraction
 
 from sortedcontainers import SortedList
 
-from workflows.admission.model import AdmissionPolicy, AdmissionRecord, AdmissionRequest
+from workflows.admission.model import AdmissionPolicy, AdmissionRecord, AdmissionRequest, to_thousandths
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 _PRIORITY_CLASS_RANK = {"P0": 0, "P1": 1, "P2": 2, "P3": 3}
 FAR_FUTURE_US = 1 << 62
-ClassKey = tuple[str, str, str, "str | None", str]
+# (environment, provider, runtime kind, lane, priority class, amounts): requests of one class fit
+# or do not fit together. Amounts are ((name, thousandths), ...) sorted by name; () for none.
+ClassKey = tuple[str, str, str, "str | None", str, tuple]
 GangKey = tuple[str, str]  # (orchestrator_id, gang_id)
 OrderKey = tuple
 
@@ -43,14 +45,20 @@ class Rec:
         "request", "request_id", "class_key", "priority", "submitted_us", "timeout_us",
         "preemptible", "state", "revision", "reason", "queue_deadline_us", "admitted_us",
         "lease_expires_us", "lease_revision", "finished_us", "preempted_by", "orchestrator",
-        "gang", "gang_size", "requeue_attempts", "queue_key",
+        "gang", "gang_size", "requeue_attempts", "queue_key", "amounts", "duration_us",
     )
 
     def __init__(self, request: AdmissionRequest) -> None:
         self.request = request
         self.request_id = request.request_id
+        resources = request.resources
+        self.amounts: tuple = tuple(sorted((name, to_thousandths(amount)) for name, amount in resources.items())) \
+            if resources else ()
+        duration = request.expected_duration_seconds
+        self.duration_us: int | None = None if duration is None else _seconds_to_micros(duration)
         self.class_key: ClassKey = (
             request.environment, request.provider, request.runtime_kind, request.lane, request.priority_class,
+            self.amounts,
         )
         self.priority = request.priority
         self.submitted_us = to_micros(request.submitted_at)
@@ -92,6 +100,13 @@ class Rec:
     def priority_class_rank(self) -> int:
         return _PRIORITY_CLASS_RANK[self.class_key[4]]
 
+    def copy(self) -> "Rec":
+        """A record of its own with the same values (the request itself is immutable, so shared)."""
+        twin = Rec.__new__(Rec)
+        for name in Rec.__slots__:
+            setattr(twin, name, getattr(self, name))
+        return twin
+
     def resubmit(self, now_us: int) -> None:
         """A fresh submission time (ADR-004 requeue): the request ages again from now."""
         self.submitted_us = now_us
@@ -128,9 +143,12 @@ class Usage:
     runtime: Counter[str] = field(default_factory=Counter)
     lane: Counter[str] = field(default_factory=Counter)
     orchestrator: dict[str, int] = field(default_factory=dict)  # only orchestrators holding a lease
+    amounts: Counter[str] = field(default_factory=Counter)  # thousandths of each named resource held
 
     def add(self, rec: Rec, sign: int) -> None:
         self.total += sign
+        for name, amount in rec.amounts:
+            self.amounts[name] += sign * amount
         self.environment[rec.environment] += sign
         self.provider[rec.provider] += sign
         self.runtime[rec.runtime_kind] += sign
@@ -350,11 +368,16 @@ class EngineState:
     # in (capacity freed, a request queued, a policy change) clears it. With preemption on,
     # time alone can change the answer, so the pass also records the time it ran at.
     settled_at_us: int | None = None
+    # The reservation plan (engine.reservations), kept while nothing it depends on changed: the
+    # admitted and queued requests naming resources (`amounts_epoch`) and the time.
+    amounts_epoch: int = 0
+    plan: "object | None" = None
     # Derived policy values in microseconds, refreshed by `install_policy`.
     lease_ttl_us: int = 0
     aging_us: int = 1
     retention_us: int = 0
     fair: bool = False
+    capacity: dict[str, int] = field(default_factory=dict)  # resource_capacity in thousandths
 
     @property
     def queued_count(self) -> int:
@@ -378,6 +401,8 @@ def install_policy(state: EngineState, policy: AdmissionPolicy) -> None:
     state.retention_us = _seconds_to_micros(policy.terminal_retention_seconds)
     state.limits_cache = {}
     state.settled_at_us = None
+    state.capacity = {name: to_thousandths(amount) for name, amount in policy.resource_capacity.items()}
+    state.amounts_epoch += 1
     fair = policy.fair_share is not None
     if fair != state.fair:
         state.fair = fair

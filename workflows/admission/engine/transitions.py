@@ -69,6 +69,8 @@ def admit(state: EngineState, changes: Changes, rec: Rec, *, related: str | None
     rec.lease_revision += 1
     state.admitted[rec.request_id] = rec
     state.usage.add(rec, +1)
+    if rec.amounts or state.fair:
+        state.amounts_epoch += 1
     if rec.preemptible:
         state.preemptible_admitted.add(rec.request_id)
     heapq.heappush(state.lease_heap, (rec.lease_expires_us, rec.request_id))
@@ -88,6 +90,8 @@ def _vacate(state: EngineState, rec: Rec) -> None:
     del state.admitted[rec.request_id]
     state.usage.add(rec, -1)
     state.settled_at_us = None
+    if rec.amounts or state.fair:
+        state.amounts_epoch += 1
     state.preemptible_admitted.discard(rec.request_id)
 
 

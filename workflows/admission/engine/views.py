@@ -4,8 +4,6 @@ what it waits on, usage, the next wake-up, a snapshot, and what would happen to 
 
 from __future__ import annotations
 
-import heapq
-from datetime import datetime
 
 from workflows.admission.engine.capacity import (
     binding_constraint,
@@ -13,6 +11,7 @@ from workflows.admission.engine.capacity import (
     gang_blocker,
     waiting_on,
 )
+from workflows.admission.engine.forecast import forecast
 from workflows.admission.engine.order import effective_priority, order_key
 from workflows.admission.engine.preemption import (
     lane_override_victim,
@@ -25,7 +24,6 @@ from workflows.admission.engine.state import (
     OrderKey,
     QueueClass,
     Rec,
-    from_micros,
     gang_members,
     held_share,
 )
@@ -51,7 +49,9 @@ def queued_in_order(state: EngineState) -> list[Rec]:
 
 
 def queue_view(state: EngineState) -> list[QueueEntry]:
+    """The queue in order, each entry with what it waits on and its predicted start."""
     constraints: dict[tuple, str] = {}
+    etas = forecast(state)
 
     def constraint(rec: Rec) -> str:
         key = rec.gang if rec.gang is not None else rec.class_key
@@ -66,52 +66,19 @@ def queue_view(state: EngineState) -> list[QueueEntry]:
             position=position,
             effective_priority=effective_priority(state, rec),
             binding_constraint=constraint(rec),
+            eta=etas.get(rec.request_id),
         )
         for position, rec in enumerate(queued_in_order(state), start=1)
     ]
 
 
 def snapshot(state: EngineState) -> Snapshot:
-    return Snapshot(
-        revision=state.revision,
-        records={request_id: rec.to_model() for request_id, rec in state.records.items()},
-        queue=queue_view(state),
-    )
-
-
-def next_wakeup(state: EngineState) -> datetime | None:
-    """The earliest future moment at which time alone can change a decision.
-
-    Lease expiries and queue deadlines always can; aging steps can only when a
-    queued request might overtake a preemptible holder or another queued request
-    for capacity that preemption would free, so they count only while
-    preemption is on and something is preemptible.
-    """
-    candidates: list[int] = []
-    _prune_heap(state.lease_heap, lambda expires_us, rec: rec.state == "admitted" and rec.lease_expires_us == expires_us, state)
-    _prune_heap(state.deadline_heap, lambda deadline_us, rec: rec.state == "queued" and rec.queue_deadline_us == deadline_us, state)
-    if state.lease_heap:
-        candidates.append(state.lease_heap[0][0])
-    if state.deadline_heap:
-        candidates.append(state.deadline_heap[0][0])
-    if state.policy.allow_preemption and state.preemptible_admitted and state.classes:
-        aging = state.aging_us
-        now = state.now_us
-        for queue_class in state.all_classes():
-            for bucket in queue_class.buckets.values():
-                submitted_us = bucket[0][0]
-                age = max(0, now - submitted_us)
-                candidates.append(submitted_us + (age // aging + 1) * aging)
-    return from_micros(min(candidates)) if candidates else None
-
-
-def _prune_heap(heap: list[tuple[int, str]], live, state: EngineState) -> None:
-    while heap:
-        moment, request_id = heap[0]
-        rec = state.records.get(request_id)
-        if rec is not None and live(moment, rec):
-            return
-        heapq.heappop(heap)
+    queue = queue_view(state)
+    records = {request_id: rec.to_model() for request_id, rec in state.records.items()}
+    for entry in queue:
+        if entry.eta is not None:
+            records[entry.request_id] = records[entry.request_id].model_copy(update={"eta": entry.eta})
+    return Snapshot(revision=state.revision, records=records, queue=queue)
 
 
 def queue_position(state: EngineState, rec: Rec) -> int:
