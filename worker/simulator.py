@@ -90,7 +90,8 @@ def parse_line(line: str) -> tuple[str | None, datetime, object]:
         raise TraceError("invalid-line", f"`at` needs a UTC offset, e.g. 2026-01-01T00:00:00Z: {entry['at']!r}")
     check_moment(at, "at")
     allowed = {"submit": {"request"}, "renew": {"request_id", "lease_revision"}, "release": {"request_id"},
-               "cancel": {"request_id"}, "reconcile": set(), "snapshot": set(), "set_policy": {"policy"}}
+               "cancel": {"request_id"}, "reconcile": set(), "snapshot": set(),
+               "set_policy": {"policy", "operator", "drain"}}
     if not isinstance(op, str) or op not in allowed:
         shown = repr(op) if isinstance(op, str) and len(op) <= 60 else json.dumps(op)[:60]
         raise TraceError("invalid-line", f"unknown op {shown}; expected one of {', '.join(allowed)}")
@@ -114,7 +115,8 @@ def parse_line(line: str) -> tuple[str | None, datetime, object]:
             model = {"renew": Renew, "release": Release, "cancel": Cancel}[op]
             operation = model.model_validate({key: entry[key] for key in allowed[op] if key in entry})
         elif op == "set_policy":
-            operation = SetPolicy(policy=load_policy(entry.get("policy")))
+            options = {key: entry[key] for key in ("operator", "drain") if key in entry}
+            operation = SetPolicy.model_validate({"policy": load_policy(entry.get("policy")), **options})
         else:
             operation = Reconcile() if op == "reconcile" else TakeSnapshot()
     except ValidationError as error:
@@ -141,6 +143,10 @@ def simulate(
             yield {"op": _op_name(line), "ok": False, "error": {"code": error.code, "message": f"line {number}: {error}"}}
             continue
         state, result, events = engine.apply(state, operation, at)  # type: ignore[arg-type]
+        if result.record is not None and result.record.state == "queued":
+            # The operation leaves `eta` to the views (it costs a forecast): the trace shows it.
+            eta = engine.forecast(state, [result.record.request_id])[result.record.request_id]
+            result = result.model_copy(update={"record": result.record.model_copy(update={"eta": eta})})
         yield result_to_json(result)
         if audit:
             for event in events:

@@ -173,6 +173,31 @@ fair_policies = policy_family(
 )
 
 
+# Amounts of three resources (one the group may not offer), short and unknown durations, holds,
+# preemption, and a reservation depth that is sometimes too small to protect everyone.
+RESOURCE_NAMES = ["gpu", "mem", "tpu"]
+amount_policies = policy_family(
+    max_concurrent=st.sampled_from([2, 4, 6, 10]),
+    lease_ttl_seconds=st.sampled_from([60, 600]),
+    aging_interval_seconds=st.sampled_from([30, 1e6, 1e6]),
+    allow_preemption=st.booleans(),
+    preemption_margin=st.integers(0, 1),
+    runtime_quotas=st.sampled_from([{"host": 4}, {"host": 1}, {}]),
+    environment_quotas=st.one_of(st.just({}), quota_maps(ENVIRONMENTS, busy_quota)),
+    resource_capacity=st.fixed_dictionaries(
+        {"gpu": st.sampled_from([0, 2, 4, 4])}, optional={"mem": st.sampled_from([1.5, 8])},
+    ),
+    reservation_depth=st.sampled_from([0, 1, 100, 100]),
+    hold=st.sampled_from([False, False, False, True]),
+    hold_reason=st.sampled_from([None, "kernel upgrade"]),
+    terminal_retention_seconds=st.sampled_from([0, 86400]),
+)
+resource_maps = st.dictionaries(
+    st.sampled_from(RESOURCE_NAMES), st.sampled_from([0.5, 1, 1, 2, 2, 3, 4, 5]), max_size=2,
+).filter(lambda amounts: "tpu" not in amounts or len(amounts) == 1)
+durations = st.sampled_from([None, None, 5, 20, 20, 60, 300])
+
+
 @dataclass(frozen=True)
 class Profile:
     """What one family of traces looks like."""
@@ -191,6 +216,7 @@ class Profile:
     length: st.SearchStrategy[int]
     orchestrators: tuple[str, ...] = ("o1", "o2")
     gangs: bool = False  # ids draw a gang (id and size) as part of their identity
+    amounts: bool = False  # ids draw amounts of resources (part of their identity) and durations
 
 
 def weighted(*choices: tuple[int, st.SearchStrategy]) -> st.SearchStrategy:
@@ -231,6 +257,13 @@ FAIR_SHARE = Profile(
     preemptible=[False, True], classes=["P2"], time_step=CALM_STEPS, length=st.integers(15, 45),
     orchestrators=("o1", "o2", "o3"), gangs=False,
 )
+AMOUNTS = Profile(
+    ids=MORE_IDS, policies=amount_policies, runtimes=["container", "container", "host"],
+    lanes=[None], priorities=st.sampled_from([0, 0, 0, 1, 5]),
+    submitted_grid=10, submitted_back=[0, 0, 0, 10, -10], queue_timeouts=[60, 600, 600],
+    preemptible=[True, False], classes=["P2"], time_step=CALM_STEPS, length=st.integers(15, 45),
+    orchestrators=("o1", "o2", "o3"), gangs=True, amounts=True,
+)
 PREEMPTION_CONTENTION = Profile(
     ids=MORE_IDS, policies=preemption_policies, runtimes=["container", "container", "vm", "host"],
     lanes=[None, "build"], priorities=st.sampled_from([0, 0, 0, 1, 5]),
@@ -239,9 +272,8 @@ PREEMPTION_CONTENTION = Profile(
 )
 
 def set_policies(policies: st.SearchStrategy[AdmissionPolicy]) -> st.SearchStrategy[SetPolicy]:
-    if "operator" in SetPolicy.model_fields:  # the optional operator named in the audit reason
-        return st.builds(SetPolicy, policy=policies, operator=st.sampled_from([None, "", "ops-alice"]))
-    return st.builds(SetPolicy, policy=policies)
+    # The optional operator named in the audit reason; a drain (only a holding policy drains).
+    return st.builds(SetPolicy, policy=policies, operator=st.sampled_from([None, "", "ops-alice"]), drain=st.booleans())
 
 
 # How often each operation appears in a trace (by repetition).
@@ -256,6 +288,7 @@ def traces(draw: Callable, profile: Profile) -> tuple[AdmissionPolicy, list[tupl
         st.sampled_from(profile.runtimes), st.sampled_from(profile.lanes),
     )
     canonical = {rid: draw(identity) for rid in profile.ids}
+    amounts = {rid: draw(resource_maps) if profile.amounts else {} for rid in profile.ids}
     # Gangs: each id belongs to no gang or to g1/g2 (of a fixed orchestrator each, so members meet);
     # sizes are per gang, and a member sometimes names another size (gang-mismatch).
     gang_size = {"g1": draw(st.integers(1, 3)), "g2": draw(st.integers(2, 3))}
@@ -270,6 +303,9 @@ def traces(draw: Callable, profile: Profile) -> tuple[AdmissionPolicy, list[tupl
         # Mostly the id's own placement (replays), sometimes another one (collisions).
         orch, env, prov, kind, lane = canonical[rid] if draw2(st.integers(0, 3)) else draw2(identity)
         gang: dict[str, Any] = {}
+        if profile.amounts:
+            gang["resources"] = amounts[rid] if draw2(st.integers(0, 5)) else draw2(resource_maps)
+            gang["expected_duration_seconds"] = draw2(durations)
         if membership[rid] is not None:
             gang_id = membership[rid]
             orch = gang_orchestrator[gang_id]
@@ -333,11 +369,17 @@ def limits_of(policy: AdmissionPolicy, r: AdmissionRequest) -> list[tuple[str, i
 
 
 def over_limits(policy: AdmissionPolicy, r: AdmissionRequest, running: list[AdmissionRequest]) -> list[str]:
-    return [
+    over = [
         f"{name} {used}/{limit}"
         for name, limit, counts in limits_of(policy, r)
         if (used := sum(1 for a in running if counts(a))) > limit
     ]
+    # Amounts, in thousandths: used + asked <= capacity for every resource the request names.
+    for name in r.resources:
+        used = sum(round(a.resources.get(name, 0) * 1000) for a in running)
+        if used > round(policy.resource_capacity.get(name, -1) * 1000):
+            over.append(f"resource {name} {used / 1000}/{policy.resource_capacity.get(name)}")
+    return over
 
 
 class Observer:
@@ -382,6 +424,7 @@ class Observer:
             if event.type == "admitted":
                 over = over_limits(self.policy, self.requests[rid], self.running())
                 assert not over, f"{rid} admitted while over a limit: {over}"
+                assert not self.policy.hold, f"{rid} admitted while the host group is held: {event}"
         if not self.policy_ever_changed:
             running = self.running()
             for r in running:
@@ -450,7 +493,9 @@ class Observer:
             assert len({member.gang_size for member in members}) == 1, members
             assert len(members) <= members[0].gang_size, f"gang {gang_id} has more members than its size"
             complete = len(members) == members[0].gang_size or any(m.lease_revision for m in members)
-            if states == {"queued"} and complete and not self.policy_ever_changed:
+            waits_on = {entry.request_id: entry.binding_constraint for entry in snap.queue}
+            held_back = self.policy.hold or any(" reserved for " in waits_on.get(m.request_id, "") for m in members)
+            if states == {"queued"} and complete and not self.policy_ever_changed and not held_back:
                 # Would the whole gang fit now? Then the engine left a runnable gang waiting: a deadlock.
                 placed: list[AdmissionRequest] = []
                 fits = True
@@ -522,6 +567,15 @@ def test_preemption_contention_traces_agree_with_reference_and_keep_invariants(
 def test_gang_traces_agree_with_reference_never_hold_part_of_a_gang_and_never_deadlock(
     trace: tuple[AdmissionPolicy, list],
 ) -> None:
+    run_both(*trace)
+
+
+@SETTINGS
+@given(traces(AMOUNTS))
+def test_amount_traces_agree_with_reference_and_never_exceed_a_capacity(trace: tuple[AdmissionPolicy, list]) -> None:
+    """Amounts, reservations, backfill, preemption by amounts, hold and drain, and every queued
+    record's eta (the snapshot's): the engine against the naive reference, with the observer's
+    invariants (no resource over capacity, nothing admitted while held)."""
     run_both(*trace)
 
 

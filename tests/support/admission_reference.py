@@ -257,14 +257,25 @@ def gang_blocked(policy: AdmissionPolicy, members: list[AdmissionRecord], runnin
 
 
 def waiting_on(op: _Op, r: AdmissionRecord) -> str:
+    if op.policy.hold:
+        return f"hold: {op.policy.hold_reason}" if op.policy.hold_reason else "hold"
     if r.gang_id is None:
         bound = binding(op.policy, r, admitted(op))
-        return "none" if bound is None else bound[1]
-    members = gang_of(op, r)
-    if not gang_ready(op, r):
-        return f"gang {r.gang_id} waiting for members {len(members)}/{r.gang_size}"
-    blocked = gang_blocked(op.policy, members, admitted(op))
-    return "none" if blocked is None else f"gang {r.gang_id}: {blocked}"
+        text = "none" if bound is None else bound[1]
+    else:
+        members = gang_of(op, r)
+        if not gang_ready(op, r):
+            return f"gang {r.gang_id} waiting for members {len(members)}/{r.gang_size}"
+        blocked = gang_blocked(op.policy, members, admitted(op))
+        text = "none" if blocked is None else f"gang {r.gang_id}: {blocked}"
+    if text != "none" or not r.resources:
+        return text
+    for q, start in reservations(op):  # it fits every limit: a reservation ahead holds it back
+        if order(op, q) < order(op, r) and start < FAR:
+            shared = sorted(set(q.resources) & set(r.resources))
+            if shared:
+                return f"resource {shared[0]} reserved for {q.request_id}"
+    return "none"
 
 
 # --- reservations and backfill --------------------------------------------------------------------
@@ -636,7 +647,8 @@ def forecast(op: _Op) -> dict[str, datetime | None]:
             if r.state == "admitted":
                 sim.records[rid] = r.model_copy(update={"lease_expires_at": FAR})
         step = _Op(sim, now)
-        moments = [lease_end(a, now) for a in admitted(step) if a.expected_duration_seconds is not None]
+        # Expected ends as of the forecast's start: a lease already past its end ends just after it.
+        moments = [lease_end(a, op.now) for a in admitted(step) if a.expected_duration_seconds is not None]
         moments += [r.queue_deadline for r in queue(step)]
         singles = [r for r in queue(step) if r.gang_id is None or gang_ready(step, r)]
         if sim.policy.allow_preemption and any(a.preemptible for a in admitted(step)) and \
@@ -648,7 +660,7 @@ def forecast(op: _Op) -> dict[str, datetime | None]:
         now = max(now, min(moments))
         step = _Op(sim, now)
         for a in admitted(step):
-            if a.expected_duration_seconds is not None and lease_end(a, now) <= now:
+            if a.expected_duration_seconds is not None and lease_end(a, op.now) <= now:
                 sim.records[a.request_id] = a.model_copy(update={"state": "released", "finished_at": now})
         tick(step)
         for rid in [rid for rid in waiting if sim.records.get(rid) is None or sim.records[rid].state != "queued"]:

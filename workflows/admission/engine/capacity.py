@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from collections import Counter
 
+from workflows.admission.engine.order import order_key
+from workflows.admission.engine.reservations import reserved_ahead
 from workflows.admission.engine.state import (
     ClassKey,
     EngineState,
@@ -212,7 +214,17 @@ def gang_constraint(state: EngineState, gang: Gang) -> str:
 
 
 def waiting_on(state: EngineState, rec: Rec) -> str:
-    """The binding constraint of one queued request, gang members included."""
-    if rec.gang is not None:
-        return gang_constraint(state, state.gangs[rec.gang])
-    return binding_constraint(state, rec.class_key)
+    """The binding constraint of one queued request, gang members included. One that fits every
+    limit waits for a reservation ahead of it: `resource gpu reserved for big-1`. While the host
+    group is held, everything waits on the hold: `hold: kernel upgrade`."""
+    if state.policy.hold:
+        return hold_text(state.policy)
+    text = gang_constraint(state, state.gangs[rec.gang]) if rec.gang is not None else binding_constraint(state, rec.class_key)
+    if text != "none" or not rec.amounts:
+        return text
+    reserved = reserved_ahead(state, order_key(state, rec), rec.amounts)
+    return "none" if reserved is None else f"resource {reserved[0]} reserved for {reserved[1]}"
+
+
+def hold_text(policy: AdmissionPolicy) -> str:
+    return f"hold: {policy.hold_reason}" if policy.hold_reason else "hold"

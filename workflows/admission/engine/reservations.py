@@ -146,6 +146,20 @@ def may_start_now(
     return timeline.earliest(amounts, state.now_us, duration_us) == state.now_us, True
 
 
+def reserved_ahead(state: EngineState, key: OrderKey, amounts: tuple) -> tuple[str, str] | None:
+    """(resource, request id) of the first reservation ahead of order `key` on a resource it asks:
+    what a request that fits but may not pass is shown waiting on."""
+    names = [name for name, _ in amounts]
+    for reservation in plan_of(state).reservations:
+        if reservation.key >= key or reservation.start_us >= FAR_FUTURE_US:
+            continue
+        reserved = {name for name, _ in reservation.rec.amounts}
+        for name in names:
+            if name in reserved:
+                return name, reservation.rec.request_id
+    return None
+
+
 def _leases(state: EngineState, without: tuple[Rec, ...] | list[Rec] = ()) -> Timeline:
     timeline = Timeline(state.capacity)
     now = state.now_us
