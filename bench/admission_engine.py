@@ -15,7 +15,11 @@ between orchestrators (weights for a few, a default for the rest), ADR-004 bound
 requeue with a lease short enough to expire during the run (and a startup p95 below
 it), and one request in seven a member of a gang of three whose leases run out together
 mid-run, so gangs are admitted in the measured window. Its target is the same: under 100 µs
-per operation at 100,000 queued. Gang members share their mission's placement by default;
+per operation at 100,000 queued.
+
+A third configuration puts amounts on (issue 37): the host group offers 16 GPUs and 256 GiB of
+memory, a third of the requests ask 1, 2 or 4 GPUs and a third 4 to 32 GiB, each with an expected
+duration, so big requests hold reservations and small ones backfill past them. Same target. Gang members share their mission's placement by default;
 `--gang-placement random` gives every member its own, so every gang has a shape of its own
 (the engine's worst case: a decision after a burst of freed places looks at every gang that
 fits).
@@ -69,7 +73,21 @@ GANG_PLACEMENT = {"mode": "shared"}
 _PLACEMENTS: dict[int, tuple] = {}
 
 
-def request(index: int, rng: random.Random, at: datetime, features: bool = False) -> AdmissionRequest:
+AMOUNTS_POLICY = POLICY.model_copy(update={"resource_capacity": {"gpu": 16, "memory_gib": 256}})
+
+
+def _amounts(index: int, rng: random.Random) -> dict:
+    kind = index % 3
+    if kind == 0:
+        return {"resources": {"gpu": rng.choice((1, 2, 4))}, "expected_duration_seconds": rng.randrange(60, 3600)}
+    if kind == 1:
+        return {"resources": {"memory_gib": rng.choice((4, 8, 16, 32))}, "expected_duration_seconds": rng.randrange(60, 3600)}
+    return {}
+
+
+def request(index: int, rng: random.Random, at: datetime, config: str = "plain") -> AdmissionRequest:
+    amounts = _amounts(index, rng) if config == "amounts" else {}
+    features = config == "features"
     gang = {}
     if features and index % 21 < 3:  # three consecutive requests of one mission form a gang
         gang = {"gang_id": f"gang-{index // 21}", "gang_size": 3}
@@ -87,24 +105,24 @@ def request(index: int, rng: random.Random, at: datetime, features: bool = False
         request_id=f"req-{index:07d}", orchestrator_id=f"mission-{index // 21 if gang else index // 10}",
         environment=environment, provider=provider, runtime_kind=runtime_kind,
         priority=priority, submitted_at=at, queue_timeout_seconds=7 * 86400, lane=lane,
-        **gang,
+        **gang, **amounts,
     )
 
 
-def fill(module, queued: int, rng: random.Random, features: bool = False):
+def fill(module, queued: int, rng: random.Random, config: str = "plain"):
     """A state with the admitted set full and `queued` requests waiting (built with the module itself)."""
-    policy = FEATURES_POLICY if features else POLICY
+    policy = {"plain": POLICY, "features": FEATURES_POLICY, "amounts": AMOUNTS_POLICY}[config]
     state = module.new_state(policy)
     at = BASE
     for index in range(queued + policy.max_concurrent):
         # With short leases the fill must not outlast them: it is packed into a second.
-        at = BASE + (timedelta(microseconds=index * 5) if features else timedelta(milliseconds=index))
-        state, _, _ = module.apply(state, Submit(request=request(index, rng, at, features)), at)
+        at = BASE + (timedelta(microseconds=index * 5) if config == "features" else timedelta(milliseconds=index))
+        state, _, _ = module.apply(state, Submit(request=request(index, rng, at, config)), at)
     return state, queued + policy.max_concurrent, at
 
 
 def workload(count: int, first_index: int, start: datetime, rng: random.Random, admitted_ids: list[str],
-             features: bool = False):
+             config: str = "plain"):
     """Mixed operations: submits, renewals, releases (each frees a slot), cancels, reconciles."""
     operations = []
     at = start
@@ -113,12 +131,12 @@ def workload(count: int, first_index: int, start: datetime, rng: random.Random, 
         at += timedelta(milliseconds=5)
         roll = rng.random()
         if roll < 0.35:
-            operations.append((Submit(request=request(next_index, rng, at, features)), at))
+            operations.append((Submit(request=request(next_index, rng, at, config)), at))
             next_index += 1
         elif roll < 0.6 and admitted_ids:
             # With every feature on, half the first holders never renew: their leases run out
             # together mid-run, and the places freed at once let waiting gangs in.
-            renewing = admitted_ids[: max(1, len(admitted_ids) // 2)] if features else admitted_ids
+            renewing = admitted_ids[: max(1, len(admitted_ids) // 2)] if config == "features" else admitted_ids
             operations.append((Renew(request_id=rng.choice(renewing)), at))
         elif roll < 0.75 and admitted_ids:
             operations.append((Release(request_id=admitted_ids.pop(rng.randrange(len(admitted_ids)))), at))
@@ -135,17 +153,17 @@ def admitted_of(module, state) -> list[str]:
     return sorted(rid for rid, rec in state.records.items() if rec.state == "admitted")
 
 
-def measure(module, queued: int, ops: int, seed: int, features: bool = False) -> float:
+def measure(module, queued: int, ops: int, seed: int, config: str = "plain") -> float:
     rng = random.Random(seed)
-    state, next_index, at = fill(module, queued, rng, features)
-    operations = workload(ops, next_index, at, random.Random(seed + 1), admitted_of(module, state), features)
+    state, next_index, at = fill(module, queued, rng, config)
+    operations = workload(ops, next_index, at, random.Random(seed + 1), admitted_of(module, state), config)
     started = time.perf_counter()
     events: Counter[str] = Counter()
     for operation, moment in operations:
         state, result, emitted = module.apply(state, operation, moment)
         events.update(event.type if event.policy is None else f"{event.type}/{event.policy}" for event in emitted)
     elapsed = (time.perf_counter() - started) / len(operations) * 1e6
-    if features:
+    if config != "plain":  # the events show what the configuration exercised
         shown = ", ".join(f"{name} {count}" for name, count in sorted(events.items()))
         print(f"{'':>8} events in the measured run: {shown}", flush=True)
     return elapsed
@@ -176,10 +194,22 @@ def main(ops: int, features_only: bool = False) -> None:
     print(f"{'queued':>8} {'engine µs/op':>13}")
     featured = {}
     for size in sizes:
-        featured[size] = measure(engine, size, ops, seed=size, features=True)
+        featured[size] = measure(engine, size, ops, seed=size, config="features")
         print(f"{size:>8} {featured[size]:13.1f}", flush=True)
     print(f"engine at 100,000 queued, every feature on: {featured[100_000]:.1f} µs/op (target < 100)")
     results.append(f"features_us_per_op_1k={featured[1_000]:.1f} features_us_per_op_100k={featured[100_000]:.1f}")
+    print()
+    print("amounts on (16 GPUs, 256 GiB; two thirds of the requests ask some, with expected durations):")
+    print(f"{'queued':>8} {'engine µs/op':>13}")
+    amounts = {}
+    for size in sizes:
+        amounts[size] = measure(engine, size, ops, seed=size, config="amounts")
+        print(f"{size:>8} {amounts[size]:13.1f}", flush=True)
+    amount_growth = amounts[100_000] / amounts[1_000]
+    print(f"engine at 100,000 queued, amounts on: {amounts[100_000]:.1f} µs/op (target < 100); "
+          f"growth 1,000 -> 100,000: {amount_growth:.2f}x (target <= 3x)")
+    results.append(f"amounts_us_per_op_1k={amounts[1_000]:.1f} amounts_us_per_op_100k={amounts[100_000]:.1f} "
+                   f"amounts_growth={amount_growth:.2f}")
     print(f"RESULT {' '.join(results)}")
 
 

@@ -447,7 +447,7 @@ class Observer:
                 # later, and nothing else (not its revision, not its lease revision).
                 assert new.state == old.state, (old, new)
                 assert new.lease_expires_at is None or new.lease_expires_at >= old.lease_expires_at, (old, new)
-                assert new.model_copy(update={"lease_expires_at": old.lease_expires_at}) == old, (old, new)
+                assert new.model_copy(update={"lease_expires_at": old.lease_expires_at, "eta": old.eta}) == old, (old, new)
             elif per_id[rid] == 0:
                 # The predicted start is a view of the whole queue, not of the record: it may move.
                 assert new.model_copy(update={"eta": old.eta}) == old, f"a record changed without an event: {old} -> {new}"

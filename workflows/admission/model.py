@@ -142,7 +142,7 @@ class AdmissionPolicy(_Strict):
     # How many queued requests naming resources, in admission order, the reservation plan looks at
     # (Slurm's bf_max_job_test): those that cannot start now hold a reservation, later ones only
     # pass them by ending first (backfill). Beyond it, requests hold no reservation.
-    reservation_depth: int = Field(default=100, ge=0, le=10_000)
+    reservation_depth: int = Field(default=32, ge=0, le=10_000)
     # Hold (Kueue's stopPolicy Hold): nothing new is admitted, queued requests stay queued (their
     # deadlines run), leases run on. `conductor admission hold` / `resume` set it.
     hold: bool = False

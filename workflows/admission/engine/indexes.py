@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import heapq
 
+from sortedcontainers import SortedList
+
 from workflows.admission.engine.order import is_gang_key, sortable
 from workflows.admission.engine.state import (
     EngineState,
@@ -61,6 +63,11 @@ def _class_add(state: EngineState, key: tuple, rec: Rec) -> None:
     rec.queue_key = key
     if rec.amounts:
         state.amounts_epoch += 1
+        if classes is state.classes:
+            waiting = state.amount_queue.get(rec.priority)
+            if waiting is None:
+                waiting = state.amount_queue[rec.priority] = SortedList()
+            waiting.add((rec.submitted_us, rec.request_id))
 
 
 def _join_gang(state: EngineState, rec: Rec) -> Gang:
@@ -85,6 +92,11 @@ def unqueue(state: EngineState, rec: Rec) -> None:
     classes = state.gang_classes if is_gang_key(key) else state.classes
     queue_class = classes[key]
     queue_class.remove(rec)
+    if rec.amounts and classes is state.classes:
+        waiting = state.amount_queue[rec.priority]
+        waiting.remove((rec.submitted_us, rec.request_id))
+        if not waiting:
+            del state.amount_queue[rec.priority]
     if queue_class.size == 0:
         del classes[key]
         if classes is state.gang_classes:

@@ -57,21 +57,28 @@ class Timeline:
         """The earliest moment >= start from which `amounts` fit for `duration_us` (None: for
         ever); FAR_FUTURE_US when never."""
         blocked: list[tuple[int, int]] = []
+        capacity = self.capacity
         for name, asked in amounts:
-            room = self.capacity.get(name, 0) - asked
+            room = capacity.get(name, 0) - asked
             used = 0
-            begin: int | None = None
-            points = self.points.get(name, ())
-            index = 0
-            while index < len(points):
-                moment = points[index][0]
-                while index < len(points) and points[index][0] == moment:
-                    used += points[index][1]
-                    index += 1
-                if used > room and begin is None:
-                    begin = moment
-                elif used <= room and begin is not None:
-                    blocked.append((begin, moment))
+            begin = last = None
+            for moment, change in self.points.get(name, ()):
+                if moment != last:
+                    if last is not None:  # the amount in use from `last` on, every change there counted
+                        if used > room:
+                            if begin is None:
+                                begin = last
+                        elif begin is not None:
+                            blocked.append((begin, last))
+                            begin = None
+                    last = moment
+                used += change
+            if last is not None:
+                if used > room:
+                    if begin is None:
+                        begin = last
+                elif begin is not None:
+                    blocked.append((begin, last))
                     begin = None
             if begin is not None:
                 blocked.append((begin, FAR_FUTURE_US))
@@ -172,21 +179,23 @@ def _leases(state: EngineState, without: tuple[Rec, ...] | list[Rec] = ()) -> Ti
 
 def _in_order(state: EngineState, depth: int):
     """The first `depth` queued single requests naming resources, in admission order, as (order
-    key, record): a merge of streams that are each already in order (a bucket of one class; with
-    fair share, one orchestrator's part of a bucket)."""
+    key, record): a merge of streams that are each already in order (the requests of one base
+    priority; with fair share, one orchestrator's part of a class's bucket)."""
     if depth <= 0:
         return
     streams = []
-    for class_key, queue_class in state.classes.items():
-        if not class_key[5]:
-            continue
-        for priority, bucket in queue_class.buckets.items():
-            if state.fair:
+    if not state.fair:
+        # One list per base priority: aging moves a whole list alike, so each is in order.
+        for waiting in state.amount_queue.values():
+            streams.append(_stream(state, (request_id for _submitted, request_id in waiting)))
+    else:
+        for class_key, queue_class in state.classes.items():
+            if not class_key[5]:
+                continue
+            for priority in queue_class.buckets:
                 by = queue_class.by_orchestrator[priority]
                 for _submitted, _request_id, orchestrator in queue_class.heads[priority]:
                     streams.append(_stream(state, (entry[2] for entry in by.irange((orchestrator,), (orchestrator, FAR_FUTURE_US)))))
-            else:
-                streams.append(_stream(state, (request_id for _submitted, request_id in bucket)))
     for count, item in enumerate(heapq.merge(*streams)):
         if count >= depth:
             return

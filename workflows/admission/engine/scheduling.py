@@ -121,24 +121,18 @@ def _admit_best_fitting(state: EngineState, changes: Changes, gangs: _GangCandid
     there is none."""
     if state.usage.total >= state.policy.max_concurrent:
         return False
+    heads: list[tuple[OrderKey, str]] = []
+    if state.fair:
+        # Fair-share heads cost a walk: only classes at the top effective priority can win.
+        fitting = [(queue_class.top_effective(state), queue_class) for key, queue_class in state.classes.items()
+                   if key not in barred and fits_now(state, key)]
+        top = max((effective for effective, _ in fitting), default=None)
+        heads = [queue_class.head(state) for effective, queue_class in fitting if effective == top]
+    else:
+        heads = [queue_class.head(state) for key, queue_class in state.classes.items()
+                 if key not in barred and fits_now(state, key)]
+    best = min(heads, default=None)
     while True:
-        best: tuple[OrderKey, str] | None = None
-        if state.fair:
-            # Fair-share heads cost a walk: only classes at the top effective priority can win.
-            fitting = [(queue_class.top_effective(state), queue_class) for key, queue_class in state.classes.items()
-                       if key not in barred and fits_now(state, key)]
-            top = max((effective for effective, _ in fitting), default=None)
-            for effective, queue_class in fitting:
-                if effective == top:
-                    head = queue_class.head(state)
-                    if best is None or head[0] < best[0]:
-                        best = head
-        else:
-            for key, queue_class in state.classes.items():
-                if key not in barred and fits_now(state, key):
-                    head = queue_class.head(state)
-                    if best is None or head[0] < best[0]:
-                        best = head
         if state.gang_classes:
             head = gangs.best(state, barred)
             if head is not None and (best is None or head[0] < best[0]):
@@ -147,14 +141,19 @@ def _admit_best_fitting(state: EngineState, changes: Changes, gangs: _GangCandid
             return False
         rec = state.records[best[1]]
         allowed, passes = _passes_reservations(state, best[0], rec)
-        if not allowed:
-            barred.add(rec.queue_key)  # type: ignore[arg-type]
-            continue
-        if rec.gang is not None:
-            admit_gang(state, changes, state.gangs[rec.gang])
-        else:
-            admit(state, changes, rec, policy=BACKFILL_POLICY if passes else FAIR_SHARE_POLICY if state.fair else None)
-        return True
+        if allowed:
+            break
+        # It waits for a reservation ahead: so does its class. Try the next best that fits.
+        barred.add(rec.queue_key)  # type: ignore[arg-type]
+        if state.fair and rec.gang is None:
+            return _admit_best_fitting(state, changes, gangs, barred)  # the next top may be lower
+        heads = [head for head in heads if head[1] != rec.request_id]
+        best = min(heads, default=None)
+    if rec.gang is not None:
+        admit_gang(state, changes, state.gangs[rec.gang])
+    else:
+        admit(state, changes, rec, policy=BACKFILL_POLICY if passes else FAIR_SHARE_POLICY if state.fair else None)
+    return True
 
 
 def _passes_reservations(state: EngineState, key: OrderKey, rec: Rec, without: tuple[Rec, ...] | list[Rec] = ()) -> tuple[bool, bool]:

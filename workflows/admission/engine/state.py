@@ -372,6 +372,10 @@ class EngineState:
     # admitted and queued requests naming resources (`amounts_epoch`) and the time.
     amounts_epoch: int = 0
     plan: "object | None" = None
+    # Queued single requests naming resources, by base priority, each list by (submitted_us,
+    # request_id): in admission order within a priority (without fair share), so the plan walks a
+    # merge of a few lists instead of every class's buckets.
+    amount_queue: dict[int, SortedList] = field(default_factory=dict)
     # Derived policy values in microseconds, refreshed by `install_policy`.
     lease_ttl_us: int = 0
     aging_us: int = 1
