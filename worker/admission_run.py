@@ -59,7 +59,7 @@ def say(line: str) -> None:
 
 
 def queued_line(decision: AdmissionDecision) -> str:
-    return f"request {decision.request_id} queued: {queue_place(decision.position, decision.binding_constraint)}"
+    return f"request {decision.request_id} queued: {queue_place(decision.position, decision.binding_constraint, eta=decision.eta)}"
 
 
 class _Relay:

@@ -13,7 +13,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from worker.tables import human_duration, render_table
-from workflows.admission.messages import LeaseRow, QueueRow, UsageRow, WhatIf, constraint_words
+from workflows.admission.messages import LeaseRow, QueueRow, UsageRow, WhatIf, constraint_words, rfc3339
 from workflows.admission.model import AdmissionPolicy, AuditEvent
 
 
@@ -27,10 +27,11 @@ def queue_table(host_group: str, rows: Sequence[QueueRow]) -> str:
     if not rows:
         return f"queue is empty: nothing is waiting on host group {host_group}"
     return render_table(
-        ["POS", "REQUEST", "REQUESTER", "PRIORITY", "EFFECTIVE", "WAITED", "BINDING CONSTRAINT"],
+        ["POS", "REQUEST", "REQUESTER", "PRIORITY", "EFFECTIVE", "WAITED", "ETA (UTC)", "BINDING CONSTRAINT"],
         [
             [row.position, row.request_id, row.requester, row.priority, row.effective_priority,
-             human_duration(row.waited_seconds), constraint_words(row.binding_constraint)]
+             human_duration(row.waited_seconds), "unknown" if row.eta is None else rfc3339(row.eta),
+             constraint_words(row.binding_constraint)]
             for row in rows
         ],
         right=(0, 3, 4, 5),
@@ -54,6 +55,15 @@ def leases_table(host_group: str, rows: Sequence[LeaseRow], now: datetime) -> st
         ],
         right=(6, 7),
     )
+
+
+def held_line(host_group: str, policy: AdmissionPolicy) -> str | None:
+    """What an operator must know first about a held host group."""
+    if not policy.hold:
+        return None
+    why = f" ({policy.hold_reason})" if policy.hold_reason else ""
+    return (f"host group {host_group} is HELD{why}: nothing new is admitted, leases run on; "
+            f"`conductor admission resume --host-group {host_group}` ends the hold")
 
 
 def usage_table(rows: Sequence[UsageRow]) -> str:

@@ -50,6 +50,7 @@ class HostGroupRow:
     usage: list[UsageRow] = field(default_factory=list)
     note: str | None = None
     stuck: Stuck | None = None
+    policy: AdmissionPolicy | None = None  # None: not read
 
     def global_usage(self) -> UsageRow | None:
         return next((row for row in self.usage if row.limit == "global"), None)
@@ -60,6 +61,8 @@ class HostGroupRow:
             "started": self.started.isoformat(), "age_seconds": round((now - self.started).total_seconds(), 3),
             "queued": self.queued, "queued_at_least": self.queued_more, "leases": self.leases,
             "usage": [row.model_dump(mode="json") for row in self.usage], "note": self.note,
+            "held": None if self.policy is None else self.policy.hold,
+            "hold_reason": None if self.policy is None else self.policy.hold_reason,
             "stuck": None if self.stuck is None else {
                 "attempts": self.stuck.attempts, "failure": self.stuck.failure,
                 "since": None if self.stuck.since is None else self.stuck.since.isoformat(),
@@ -90,6 +93,7 @@ async def _row(client: Client, host_group: str, started: datetime) -> HostGroupR
         return row
     try:
         row.usage = await live.query("usage", result_type=list[UsageRow], timeout=QUERY_TIMEOUT)
+        row.policy = await live.query("policy", result_type=AdmissionPolicy, timeout=QUERY_TIMEOUT)
         queue = await live.query("queue", QUEUE_ROWS + 1, result_type=list[QueueRow], timeout=QUERY_TIMEOUT)
         row.queued, row.queued_more = min(len(queue), QUEUE_ROWS), len(queue) > QUEUE_ROWS
         row.leases = len(await live.query("leases", result_type=list[LeaseRow], timeout=QUERY_TIMEOUT))
@@ -113,7 +117,12 @@ def _usage_text(rows: Sequence[UsageRow]) -> str:
 def _usage_column(row: HostGroupRow) -> str:
     if row.stuck is not None:
         return f"STUCK: {row.note}"
-    return _usage_text(row.usage) if row.note is None else f"not read: {row.note}"
+    if row.note is not None:
+        return f"not read: {row.note}"
+    held = ""
+    if row.policy is not None and row.policy.hold:
+        held = f"HELD ({row.policy.hold_reason}); " if row.policy.hold_reason else "HELD; "
+    return held + _usage_text(row.usage)
 
 
 HEADERS = ["HOST GROUP", "QUEUED", "LEASES", "GLOBAL", "AGE", "USAGE (used/max; - unlimited)"]

@@ -335,8 +335,8 @@ async def acquire(
                 lease._close()
                 raise NotAdmitted(lease.decision, f"request {request.request_id}: {lease.unheard or 'its holder workflow ended'}")
             lease.decision = decision
-            if decision.state == "queued" and on_queued is not None and (decision.position, decision.binding_constraint) != shown:
-                shown = (decision.position, decision.binding_constraint)
+            if decision.state == "queued" and on_queued is not None and (decision.position, decision.binding_constraint, decision.eta) != shown:
+                shown = (decision.position, decision.binding_constraint, decision.eta)
                 on_queued(decision)
     except BaseException:
         await asyncio.shield(lease.give_back())

@@ -31,7 +31,7 @@ def queued_children(ledger: MissionLedger) -> dict[str, str]:
 
 
 def wait_line(row: QueueRow, host_group: str) -> str:
-    return f"waiting for admission: {queue_place(row.position, row.binding_constraint, admission_workflow_id(host_group))}"
+    return f"waiting for admission: {queue_place(row.position, row.binding_constraint, admission_workflow_id(host_group), row.eta)}"
 
 
 async def admission_waits(

@@ -103,7 +103,9 @@ async def test_queue_leases_usage_audit_what_if_and_policy_show(conductor, dev_c
             (2, "p3", f"probe:{h.host_group}:p3", 0, 0, "environment prod 1/1"),
         ]
         assert set(queue_json[0]) == {"request_id", "requester", "position", "priority", "effective_priority",
-                                      "binding_constraint", "waited_seconds"}
+                                      "binding_constraint", "waited_seconds", "eta"}
+        # Both wait on leases that declared no expected duration: when they start cannot be known.
+        assert [r["eta"] for r in queue_json] == [None, None] and column_of(queue.out, "ETA (UTC)", "1") == "unknown"
         limited = await conductor("queue", *group, "--limit", "1")
         assert limited.out.splitlines()[1].split()[:2] == ["1", "p2"] and "first 1 shown" in limited.out
         assert [r["request_id"] for r in (await conductor("queue", *group, "--limit", "1", "--json")).json] == ["p2"]
@@ -184,12 +186,12 @@ async def test_policy_set_changes_the_live_policy_and_a_bad_file_sends_nothing(c
         assert (await conductor("policy", "show", *group, "--json")).json == policy.model_dump(mode="json")
         assert "policy-changed" not in [e["type"] for e in (await conductor("audit", *group, "--json")).json]
 
-        raised = write_json(tmp_path / "raised.json", {"max_concurrent": 2, "lease_ttl_seconds": 60})
+        raised = write_json(tmp_path / "raised.json", {"max_concurrent": 3, "lease_ttl_seconds": 60})
         accepted = await conductor("policy", "set", *group, str(raised), "--operator", "alice")
         assert accepted.code == 0, accepted.err
         assert accepted.out.strip() == f"policy change for host group {h.host_group} sent and applied (by alice)"
         await h.until_leased("a", "b")
-        assert (await conductor("policy", "show", *group, "--json")).json["max_concurrent"] == 2
+        assert (await conductor("policy", "show", *group, "--json")).json["max_concurrent"] == 3
         events = (await conductor("audit", *group, "--json")).json
         [change] = [e for e in events if e["type"] == "policy-changed"]
         assert change["policy"] == "set_policy"
@@ -200,6 +202,24 @@ async def test_policy_set_changes_the_live_policy_and_a_bad_file_sends_nothing(c
         empty = await conductor("queue", *group)
         assert empty.code == 0 and empty.out.strip() == f"queue is empty: nothing is waiting on host group {h.host_group}"
         assert (await conductor("queue", *group, "--json")).json == []
+
+        # Hold: nothing new is admitted, the leases run on, every view says so; resume lets it in.
+        held = await conductor("hold", *group, "--reason", "kernel upgrade", "--operator", "alice")
+        assert held.code == 0 and held.out.strip() == f"host group {h.host_group} held and applied (by alice)", held.err
+        await h.start_probe("c", ProbeRequest(request_id="c"), hold_seconds=HOLD)
+        await h.until_queued("c")
+        assert column_of((await conductor("queue", *group)).out, "BINDING CONSTRAINT", "1") == "waiting on hold: kernel upgrade"
+        usage_text = (await conductor("usage", *group)).out
+        assert usage_text.splitlines()[0].startswith(f"host group {h.host_group} is HELD (kernel upgrade): nothing new")
+        assert set(await h.leased()) == {"a", "b"}
+        no_reason = await conductor("hold", *group, "--reason", " ")
+        assert no_reason.code == 2 and "--reason" in no_reason.err
+        resumed = await conductor("resume", *group, "--operator", "alice")
+        assert resumed.code == 0 and resumed.out.strip() == f"host group {h.host_group} resumed and applied (by alice)"
+        await h.until_leased("c")
+        reasons = [(e["reason"], e["policy"]) for e in (await conductor("audit", *group, "--json")).json
+                   if e["type"] == "policy-changed"]
+        assert reasons[-2:] == [("admission held by alice: kernel upgrade", "hold"), ("admission resumed by alice", "hold")]
 
 
 async def test_policy_set_starts_the_admission_workflow_when_none_runs(conductor, dev_client, monkeypatch, tmp_path):

@@ -41,6 +41,7 @@ from workflows.admission.messages import LeaseRow, PolicyChange, QueueRow, Usage
 from workflows.admission.holders import HeldRequest
 from workflows.admission.model import AdmissionPolicy, AdmissionRequest, AuditEvent, Identifier, OperatorName
 from workflows.inbound import describe
+from workflows.limits import MAX_REVIEW_REASON_CHARS
 from workflows.mission.spec import HostGroup
 
 # What a what-if request may leave out: it is never submitted, so these only need plausible values.
@@ -122,6 +123,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     run.add_argument("--preemptible", action="store_true", help="may be preempted by more urgent work (then exits 75)")
     run.add_argument("--queue-timeout", type=float, default=3600.0, metavar="SECONDS",
                      help="give up if not admitted within this long (default 3600; exit 69)")
+    run.add_argument("--resource", action="append", default=[], metavar="NAME=AMOUNT",
+                     help="an amount of one of the host group's resources it takes while it runs (repeatable: "
+                     "--resource gpu=1 --resource memory_gib=8)")
+    run.add_argument("--expected-duration", type=float, metavar="SECONDS",
+                     help="how long it is expected to run: lets it start ahead of a reservation it ends before "
+                     "(backfill) and gives the queue its predicted starts")
     run.add_argument("--grace", type=float, default=10.0, metavar="SECONDS",
                      help="after SIGTERM on a lost lease, SIGKILL this much later (default 10)")
     run.add_argument("--holder", metavar="NAME", help="who holds the lease, as queues and leases show it (default user@host)")
@@ -155,6 +162,26 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     change.add_argument("--wait", type=float, default=10.0, metavar="SECONDS",
                         help="wait this long for a worker to apply the change (default 10; at least 2)")
     change.set_defaults(func=run_policy_set)
+
+    hold = commands.add_parser(
+        "hold", help="stop admitting on a host group (maintenance): queued requests wait, leases run on",
+        description="Kueue's stopPolicy Hold: the host group's live policy gets `hold` (with --reason), so nothing "
+        "new is admitted; queued requests stay queued (their queue deadlines still run) and admitted leases run on. "
+        "--drain also preempts every preemptible lease (HoldAndDrain). Audited; shown by host-groups, usage, queue "
+        "and the Temporal UI. `conductor admission resume` ends it.",
+    )
+    hold.add_argument("--host-group", required=True, metavar="G", help="host group name")
+    hold.add_argument("--reason", required=True, metavar="TEXT", help="why: the audit trail and every view show it")
+    hold.add_argument("--drain", action="store_true", help="also preempt every preemptible lease")
+    resume = commands.add_parser("resume", help="end a hold: admission goes on where it stopped",
+                                 description="Clear the host group's `hold`; queued requests are admitted as they fit.")
+    resume.add_argument("--host-group", required=True, metavar="G", help="host group name")
+    for parser in (hold, resume):
+        parser.add_argument("--operator", help="who does it, recorded in the audit trail (default: $USER)")
+        parser.add_argument("--wait", type=float, default=10.0, metavar="SECONDS",
+                            help="wait this long for a worker to apply it (default 10)")
+    hold.set_defaults(func=run_hold)
+    resume.set_defaults(func=run_resume)
 
 
 def _live_parser(commands: argparse._SubParsersAction, name: str, help: str, description: str) -> argparse.ArgumentParser:
@@ -231,7 +258,8 @@ async def run_leases(args: argparse.Namespace, live: LiveAdmission) -> int:
 
 async def run_usage(args: argparse.Namespace, live: LiveAdmission) -> int:
     rows = await live.query("usage", result_type=list[UsageRow])
-    _emit(args, views.as_json(rows), views.usage_table(rows))
+    held = views.held_line(args.host_group, await live.query("policy", result_type=AdmissionPolicy))
+    _emit(args, views.as_json(rows), views.usage_table(rows) if held is None else f"{held}\n{views.usage_table(rows)}")
     return 0
 
 
@@ -304,37 +332,85 @@ def run_what_if(args: argparse.Namespace) -> int:
     return _run_live(args.host_group, body)
 
 
-def run_policy_set(args: argparse.Namespace) -> int:
-    _host_group(args.host_group)
+def _operator(args: argparse.Namespace, what: str) -> str:
     operator = (args.operator if args.operator is not None else _current_user()).strip()
     if not operator:
-        raise InputError("--operator is empty: say who is changing the policy")
+        raise InputError(f"--operator is empty: say who is {what}")
     check_argument(OperatorName, operator, "--operator" if args.operator is not None else "--operator (default: $USER)")
     if not (math.isfinite(args.wait) and 0 <= args.wait <= MAX_POLICY_WAIT_SECONDS):
         raise InputError(f"--wait {args.wait:g}: give the seconds to wait, 0 to {MAX_POLICY_WAIT_SECONDS}")
+    return operator
+
+
+def _task_queue() -> str:
+    try:
+        return WorkerConfig.from_env().task_queue
+    except InputError:
+        raise
+    except Exception as error:  # anything else in the environment: one line, not a traceback
+        raise InputError(f"cannot read the worker configuration from the environment: {error}") from None
+
+
+async def _send_policy(live: LiveAdmission, args: argparse.Namespace, change: PolicyChange, what: str) -> int:
+    """Send a policy change and say whether a worker applied it within --wait."""
+    task_queue = _task_queue()
+    within = max(args.wait, POLICY_SEND_SECONDS)
+    started, applied = await live.change_policy(task_queue, change, within=within)
+    if started:
+        what = f"started the admission workflow for host group {args.host_group} with this policy"
+    if applied:
+        print(f"{what} and applied (by {change.operator})")
+    else:
+        print(f"{what} (by {change.operator}); not applied within {within:g}s: the server holds it "
+              f"until a conductor worker on task queue {task_queue} runs the admission workflow")
+    return 0
+
+
+def run_policy_set(args: argparse.Namespace) -> int:
+    _host_group(args.host_group)
+    operator = _operator(args, "changing the policy")
     data = read_json(args.policy, "policy")
     try:
         policy = load_policy(data)
     except TraceError as error:
         raise InputError(f"invalid policy {args.policy}: {error}") from None
-    try:
-        task_queue = WorkerConfig.from_env().task_queue
-    except InputError:
-        raise
-    except Exception as error:  # anything else in the environment: one line, not a traceback
-        raise InputError(f"cannot read the worker configuration from the environment: {error}") from None
+    _task_queue()
     change = PolicyChange(operator=operator, policy=policy)
+    return _run_live(args.host_group, lambda live: _send_policy(
+        live, args, change, f"policy change for host group {args.host_group} sent"))
+
+
+def run_hold(args: argparse.Namespace) -> int:
+    """`conductor admission hold`: the live policy with `hold` on (and the reason), sent as a change."""
+    _host_group(args.host_group)
+    operator = _operator(args, "holding the host group")
+    reason = args.reason.strip()
+    if not reason or len(reason) > MAX_REVIEW_REASON_CHARS or not reason.isprintable():
+        raise InputError(f"--reason: say in one printable line of at most {MAX_REVIEW_REASON_CHARS} characters why "
+                         "the host group is held (the audit trail and every view show it)")
+    return _change_hold(args, operator, hold=True, reason=reason, drain=args.drain)
+
+
+def run_resume(args: argparse.Namespace) -> int:
+    _host_group(args.host_group)
+    return _change_hold(args, _operator(args, "resuming the host group"), hold=False, reason=None, drain=False)
+
+
+def _change_hold(args: argparse.Namespace, operator: str, *, hold: bool, reason: str | None, drain: bool) -> int:
+    _task_queue()
 
     async def body(live: LiveAdmission) -> int:
-        started, applied = await live.change_policy(task_queue, change, within=max(args.wait, POLICY_SEND_SECONDS))
-        what = (f"started the admission workflow for host group {args.host_group} with this policy"
-                if started else f"policy change for host group {args.host_group} sent")
-        if applied:
-            print(f"{what} and applied (by {operator})")
-        else:
-            print(f"{what} (by {operator}); not applied within {max(args.wait, POLICY_SEND_SECONDS):g}s: the server holds it "
-                  f"until a conductor worker on task queue {task_queue} runs the admission workflow")
-        return 0
+        if not await live.is_running():
+            raise LiveError(f"no admission workflow runs for host group {args.host_group}: nothing to "
+                            f"{'hold' if hold else 'resume'} (conductor admission host-groups lists them)")
+        current = await live.query("policy", result_type=AdmissionPolicy)
+        if current.hold == hold and not drain:
+            print(f"host group {args.host_group} is already {'held' if hold else 'not held'}: nothing sent")
+            return 0
+        policy = current.model_copy(update={"hold": hold, "hold_reason": reason})
+        what = (f"host group {args.host_group} held{' and drained' if drain else ''}" if hold
+                else f"host group {args.host_group} resumed")
+        return await _send_policy(live, args, PolicyChange(operator=operator, policy=policy, drain=drain), what)
 
     return _run_live(args.host_group, body)
 
@@ -365,6 +441,19 @@ def run_simulate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _resources(pairs: list[str]) -> dict[str, str]:
+    """--resource NAME=AMOUNT, repeated, as the request's `resources` (the model checks the values)."""
+    resources: dict[str, str] = {}
+    for pair in pairs:
+        name, equals, amount = pair.partition("=")
+        if not equals or not name or not amount:
+            raise InputError(f"--resource {pair!r}: write NAME=AMOUNT, e.g. --resource gpu=1")
+        if name in resources:
+            raise InputError(f"--resource {name} is given twice: give each resource once")
+        resources[name] = amount
+    return resources
+
+
 def run_wrapped(args: argparse.Namespace) -> int:
     """`conductor admission run`: see worker/admission_run.py."""
     command = args.wrapped[1:] if args.wrapped[:1] == ["--"] else args.wrapped
@@ -379,6 +468,7 @@ def run_wrapped(args: argparse.Namespace) -> int:
             orchestrator_id=args.orchestrator, environment=args.environment, provider=args.provider,
             runtime_kind=args.runtime_kind, priority=args.priority, priority_class=args.priority_class, lane=args.lane,
             preemptible=args.preemptible, queue_timeout_seconds=args.queue_timeout,
+            resources=_resources(args.resource), expected_duration_seconds=args.expected_duration,
         )
         check_argument(Identifier, holder, "--holder")
     except ValidationError as error:

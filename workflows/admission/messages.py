@@ -76,6 +76,7 @@ class CancelBatch(_Message):
 class PolicyChange(_Message):
     operator: OperatorName
     policy: AdmissionPolicy
+    drain: bool = False  # with a policy that holds: also preempt every preemptible lease
 
 
 class Backpressure(_Message):
@@ -99,6 +100,8 @@ class AdmissionDecision(_Message):
     related_request_id: str | None = None
     position: int | None = None
     binding_constraint: str | None = None
+    # A queued request's predicted start (engine.forecast), when it can be known.
+    eta: datetime | None = None
     error_code: str | None = None
 
     @property
@@ -184,14 +187,21 @@ def constraint_words(binding_constraint: str | None) -> str:
     return f"waiting on {binding_constraint}"
 
 
-def queue_place(position: int | None, binding_constraint: str | None, queue: str | None = None) -> str:
+def rfc3339(moment: datetime) -> str:
+    return moment.isoformat().replace("+00:00", "Z")
+
+
+def queue_place(
+    position: int | None, binding_constraint: str | None, queue: str | None = None, eta: datetime | None = None,
+) -> str:
     """Where a queued request stands, the one wording every view uses:
-    "position 3 in admission:default, waiting on global 4/4"."""
+    "position 3 in admission:default, waiting on global 4/4, expected to start 2026-06-01T09:40:00Z"."""
     place = "queued" if position is None else f"position {position}"
     if queue is not None:
         place += f" in {queue}"
     waits = constraint_words(binding_constraint)
-    return f"{place}, {waits}" if waits else place
+    text = f"{place}, {waits}" if waits else place
+    return f"{text}, expected to start {rfc3339(eta)}" if eta is not None else text
 
 
 class QueueRow(_Message):
@@ -202,6 +212,7 @@ class QueueRow(_Message):
     effective_priority: int
     binding_constraint: str
     waited_seconds: float
+    eta: datetime | None = None  # predicted start; None when it cannot be known
 
 
 class LeaseRow(_Message):
@@ -218,9 +229,9 @@ class LeaseRow(_Message):
 
 
 class UsageRow(_Message):
-    limit: str
-    used: int
-    maximum: int | None
+    limit: str  # "global", "environment prod", ..., "resource gpu"
+    used: int | float  # amounts of a resource may be fractions
+    maximum: int | float | None
 
 
 class WhatIf(_Message):

@@ -308,13 +308,27 @@ def decide(state: SingletonState, now: datetime, warn: Callable[[str], None] = l
     _forget_dropped(state)
     state.outbox.add(events, now)
     signals = []
+    etas = _etas(state, [request_id for requests in touched.values() for request_id in requests])
     for requester in sorted(touched):
         decisions = [
-            decision(state, requester, request_id, happened.get(request_id, []), errors.get((requester, request_id)))
+            decision(state, requester, request_id, happened.get(request_id, []), errors.get((requester, request_id)), etas)
             for request_id in sorted(touched[requester])
         ]
         signals.append((requester, DecisionBatch(host_group=state.host_group, revision=state.engine.revision, decisions=decisions)))
     return Decided(signals=signals, events=events)
+
+
+# The largest queue a pass forecasts for the decisions it sends (engine.forecast copies the queue
+# and plays it forward): beyond it a queued decision carries no eta (docs/scaling.md).
+FORECAST_QUEUE_LIMIT = 5_000
+
+
+def _etas(state: SingletonState, request_ids: list[str]) -> dict[str, datetime | None]:
+    records = state.engine.records
+    queued = [request_id for request_id in request_ids if (rec := records.get(request_id)) is not None and rec.state == "queued"]
+    if not queued or state.engine.queued_count > FORECAST_QUEUE_LIMIT:
+        return {}
+    return engine.forecast(state.engine, queued)
 
 
 def take_inbox(state: SingletonState) -> list[InboxItem]:
@@ -388,7 +402,8 @@ def _apply_item(state: SingletonState, item: InboxItem, apply, unconfirmed: set[
         if not batch.confirm:
             unconfirmed.update(batch.request_ids)
     elif item.set_policy is not None:  # the audit trail records the operator (SetPolicy)
-        apply(SetPolicy(policy=item.set_policy.policy, operator=item.set_policy.operator), None, None)
+        change = item.set_policy
+        apply(SetPolicy(policy=change.policy, operator=change.operator, drain=change.drain), None, None)
 
 
 def _extend(state: SingletonState, batches: list[RenewBatch], now: datetime, apply) -> None:
@@ -425,6 +440,7 @@ def requester_unreachable(state: SingletonState, requester: str) -> bool:
 
 def decision(
     state: SingletonState, requester: str, request_id: str, its_events: list[AuditEvent] = (), error: OpResult | None = None,
+    etas: dict[str, datetime | None] | None = None,
 ) -> AdmissionDecision:
     """Where `request_id` stands, as its requester may learn it."""
     rec = state.engine.records.get(request_id)
@@ -453,6 +469,7 @@ def decision(
     if rec.state == "queued":
         answer.position = engine.queue_position(state.engine, rec)
         answer.binding_constraint = engine.waiting_on(state.engine, rec)
+        answer.eta = (etas or {}).get(request_id)
     return answer
 
 
@@ -467,8 +484,9 @@ def queue_rows(state: SingletonState, limit: int) -> list[QueueRow]:
             effective_priority=entry.effective_priority,
             binding_constraint=entry.binding_constraint,
             waited_seconds=max(0, now_us - rec.submitted_us) / 1_000_000,
+            eta=entry.eta,
         )
-        for entry in engine.queue_view(state.engine)[:limit]
+        for entry in engine.queue_view(state.engine, with_eta=state.engine.queued_count <= FORECAST_QUEUE_LIMIT)[:limit]
     ]
 
 
@@ -496,6 +514,12 @@ def live_requesters(state: SingletonState) -> list[str]:
     return sorted(who for who in state.by_requester if state.live_requests_of(who))
 
 
+def _held(policy) -> str:
+    if not policy.hold:
+        return ""
+    return f"; HELD: nothing new is admitted{' (' + policy.hold_reason + ')' if policy.hold_reason else ''}"
+
+
 @dataclass(frozen=True)
 class Report:
     """What the UI's current details and the metrics show after a pass."""
@@ -519,7 +543,7 @@ def report(state: SingletonState, events: list[AuditEvent]) -> Report:
     return Report(
         details=(
             f"admission for host group {state.host_group}: {queued} queued, {len(state.engine.admitted)} leases held"
-            f"{'; ' + limits if limits else ''}"
+            f"{'; ' + limits if limits else ''}{_held(state.engine.policy)}"
         ),
         queued=queued,
         usage=usage,

@@ -648,7 +648,7 @@ def progress_text(state: MissionState, admission: AdmissionView) -> str:
 def queued_text(state: MissionState, admission: AdmissionView, at_most: int = 5) -> str:
     """Where the children waiting for admission stand, as of the singleton's last word on them."""
     queued = [
-        (decision.position or 0, run.child_id, decision.binding_constraint)
+        (decision.position or 0, run.child_id, decision.binding_constraint, decision.eta)
         for run in state.children.in_phase("waiting", "withdrawing")
         if (decision := admission.decisions.get(run.request_id)) is not None and decision.state == "queued"
     ]
@@ -656,7 +656,8 @@ def queued_text(state: MissionState, admission: AdmissionView, at_most: int = 5)
         return ""
     queue = admission_workflow_id(state.spec.host_group)
     shown = "; ".join(
-        f"{child_id} at {queue_place(position, constraint, queue)}" for position, child_id, constraint in sorted(queued)[:at_most]
+        f"{child_id} at {queue_place(position, constraint, queue, eta)}"
+        for position, child_id, constraint, eta in sorted(queued, key=lambda entry: entry[:2])[:at_most]
     )
     more = f"; and {len(queued) - at_most} more" if len(queued) > at_most else ""
     return f"; queued: {shown}{more}"

@@ -48,10 +48,11 @@ def queued_in_order(state: EngineState) -> list[Rec]:
     return queued
 
 
-def queue_view(state: EngineState) -> list[QueueEntry]:
-    """The queue in order, each entry with what it waits on and its predicted start."""
+def queue_view(state: EngineState, with_eta: bool = True) -> list[QueueEntry]:
+    """The queue in order, each entry with what it waits on and (unless `with_eta` is off: it
+    costs a forecast of the whole queue) its predicted start."""
     constraints: dict[tuple, str] = {}
-    etas = forecast(state)
+    etas = forecast(state) if with_eta else {}
 
     def constraint(rec: Rec) -> str:
         key = rec.gang if rec.gang is not None else rec.class_key
@@ -153,8 +154,9 @@ def _fair_ahead(state: EngineState, queue_class: QueueClass, priority: int, targ
     return above + (tied - holders_tied) + lower_share
 
 
-def usage_view(state: EngineState) -> list[tuple[str, int, int | None]]:
-    """(limit label, used, limit or None for unlimited) for every limit in the policy or in use."""
+def usage_view(state: EngineState) -> list[tuple[str, int | float, int | float | None]]:
+    """(limit label, used, limit or None for unlimited) for every limit in the policy or in use,
+    resources (amounts, as written) last."""
     policy, usage = state.policy, state.usage
     rows: list[tuple[str, int, int | None]] = [("global", usage.total, policy.max_concurrent)]
     for label, quotas, used in (
@@ -167,7 +169,14 @@ def usage_view(state: EngineState) -> list[tuple[str, int, int | None]]:
     kinds = set(policy.runtime_quotas) | {"host"} | {key for key, count in usage.runtime.items() if count}
     for kind in sorted(kinds):
         rows.append((f"runtime {kind}", usage.runtime[kind], policy.runtime_limit(kind)))
+    for name in sorted(set(state.capacity) | {name for name, used in usage.amounts.items() if used}):
+        capacity = state.capacity.get(name)
+        rows.append((f"resource {name}", _amount(usage.amounts[name]), None if capacity is None else _amount(capacity)))
     return rows
+
+
+def _amount(thousandths: int) -> int | float:
+    return thousandths // 1000 if thousandths % 1000 == 0 else thousandths / 1000
 
 
 def what_if(state: EngineState, request: AdmissionRequest) -> tuple[str, str]:
