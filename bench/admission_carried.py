@@ -1,6 +1,6 @@
 """The continue-as-new input of a singleton holding N leases, in the carried format of before and now.
 
-Run: `.venv/bin/python -m bench.admission_carried [--leases 20000,50000,100000,200000] [--shape all]`.
+Run: `.venv/bin/python -m bench.admission_carried [--leases 20000,50000,100000,200000] [--shape all] [--amounts]`.
 Not part of the test-suite (tests/engine/test_admission_carried_state.py asserts a bound at 100,000 leases).
 
 Bytes are those of the JSON payload the pydantic data converter produces for the real
@@ -21,6 +21,9 @@ expiries differ between requesters as they do in a running singleton. Two id sha
              few environments and priorities (workflows/mission/workflow.py's requests);
   mixed:     bench/admission_throughput.py's ids (`mission:<uuid>/w<i>`, orchestrator = requester),
              environment and priority drawn for every request: the most entropy per lease.
+With --amounts every request also names resources (1, 2 or 4 GPUs and 8 or 16 GiB, or nothing)
+and an expected duration of 5 to 60 minutes in whole minutes, as issue 37's requests do: what the
+two columns they add cost a lease. Without it they are constant (none) and cost a few bytes in all.
 """
 
 from __future__ import annotations
@@ -65,12 +68,18 @@ class Held(NamedTuple):
     recent: list[AuditEvent]  # the last audit events, as many as a run keeps by default
 
 
-def held_state(leases: int, shape: str, seed: int = 20_261_201) -> Held:
+def _amounts(rng: random.Random) -> dict:
+    resources = rng.choice(({}, {"gpu": 1}, {"gpu": 2}, {"gpu": 4, "memory_gib": 16}, {"memory_gib": 8}))
+    return {"resources": resources, "expected_duration_seconds": 60 * rng.randrange(5, 61)}
+
+
+def held_state(leases: int, shape: str, seed: int = 20_261_201, amounts: bool = False) -> Held:
     """An engine state with `leases` admitted requests, and what the singleton keeps beside it."""
     if shape not in SHAPES:
         raise ValueError(f"unknown shape {shape!r}; expected one of {', '.join(SHAPES)}")
     rng = random.Random(seed)
-    policy = AdmissionPolicy(max_concurrent=leases, lease_ttl_seconds=300)
+    capacity = {"gpu": 4 * leases, "memory_gib": 16 * leases} if amounts else {}
+    policy = AdmissionPolicy(max_concurrent=leases, lease_ttl_seconds=300, resource_capacity=capacity)
     state = engine.new_state(policy)
     requesters: dict[str, str] = {}
     recent: deque[AuditEvent] = deque(maxlen=AdmissionWorkflowInput.model_fields["recent_audit_events"].default)
@@ -96,7 +105,7 @@ def held_state(leases: int, shape: str, seed: int = 20_261_201) -> Held:
                 request_id=request_id, orchestrator_id=orchestrator, provider="local", runtime_kind="container",
                 environment=environment or rng.choice(("prod", "staging", "dev")),
                 priority=rng.randrange(5) if priority is None else priority,
-                submitted_at=at, queue_timeout_seconds=3600,
+                submitted_at=at, queue_timeout_seconds=3600, **(_amounts(rng) if amounts else {}),
             )
             state, result, events = engine.apply(state, Submit(request=request), at)
             recent.extend(events)
@@ -165,8 +174,8 @@ def now_carried(held: Held) -> CarriedState:
     ).carry()
 
 
-def measure(leases: int, shape: str) -> CarriedSize:
-    held = held_state(leases, shape)
+def measure(leases: int, shape: str, amounts: bool = False) -> CarriedSize:
+    held = held_state(leases, shape, amounts=amounts)
     return CarriedSize(
         leases=leases, shape=shape,
         before=before_bytes(held),
@@ -178,6 +187,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--leases", default="20000,50000,100000,200000", help="held leases, comma-separated")
     parser.add_argument("--shape", default="all", choices=(*SHAPES, "all"))
+    parser.add_argument("--amounts", action="store_true", help="every request names resources and a duration")
     args = parser.parse_args(argv)
     try:
         counts = [int(part) for part in args.leases.split(",")]
@@ -191,7 +201,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'shape':<10} {'leases':>8} {'before B':>10} {'B/lease':>8} {'now B':>10} {'B/lease':>8} {'now/before':>10}")
     for shape in shapes:
         for count in counts:
-            size = measure(count, shape)
+            size = measure(count, shape, args.amounts)
             print(f"{shape:<10} {count:>8} {size.before:>10} {size.before / count:>8.2f} {size.now:>10} "
                   f"{size.now / count:>8.2f} {size.ratio:>10.3f}")
     return 0

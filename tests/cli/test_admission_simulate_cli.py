@@ -53,7 +53,7 @@ def test_one_output_line_per_input_line_with_records_snapshots_and_errors(capsys
     snapshot = out[4]["snapshot"]
     assert set(snapshot["records"]) == {"a", "b"}
     assert snapshot["queue"] == [{"request_id": "b", "position": 1, "effective_priority": 1,
-                                  "binding_constraint": "global 1/1"}]
+                                  "binding_constraint": "global 1/1", "eta": None}]  # a lease of unknown length
     assert out[5]["record"]["state"] == "released"
     assert out[6] == {"op": "reconcile", "ok": True}
 

@@ -42,9 +42,18 @@ class Timeline:
 
     __slots__ = ("capacity", "points")
 
-    def __init__(self, capacity: dict[str, int]) -> None:
+    def __init__(self, capacity: dict[str, int], leases: list[tuple[tuple, int, int]] = ()) -> None:
+        """`leases`: (amounts, start, end) in any order, sorted once here."""
         self.capacity = capacity
         self.points: dict[str, list[tuple[int, int]]] = {}
+        for amounts, start, end in leases:
+            for name, amount in amounts:
+                points = self.points.setdefault(name, [])
+                points.append((start, amount))
+                if end < FAR_FUTURE_US:
+                    points.append((end, -amount))
+        for points in self.points.values():
+            points.sort()
 
     def add(self, amounts: tuple, start: int, end: int) -> None:
         for name, amount in amounts:
@@ -115,10 +124,13 @@ def plan_of(state: EngineState) -> Plan:
     if isinstance(plan, Plan) and plan.epoch == state.amounts_epoch and plan.now_us == state.now_us:
         return plan
     plan = Plan(state.amounts_epoch, state.now_us)
+    state.plan = plan
     now = state.now_us
-    timeline = _leases(state)
+    timeline: Timeline | None = None  # built only if something is queued: it costs every lease naming resources
     floors: dict[tuple, int] = {}  # a class's members start in their order: no earlier than the one before
     for key, rec in _in_order(state, state.policy.reservation_depth):
+        if timeline is None:
+            timeline = _leases(state)
         start = timeline.earliest(rec.amounts, floors.get(rec.class_key, now), rec.duration_us)
         if start == now:
             continue  # it may start now as far as amounts go: if a quota keeps it out, it holds nothing
@@ -126,7 +138,6 @@ def plan_of(state: EngineState) -> Plan:
         floors[rec.class_key] = start
         if start < FAR_FUTURE_US:
             timeline.add(rec.amounts, start, FAR_FUTURE_US if rec.duration_us is None else start + rec.duration_us)
-    state.plan = plan
     return plan
 
 
@@ -136,7 +147,7 @@ def may_start_now(
     """(whether a request at order `key` asking `amounts` for `duration_us` may start now beside
     the reservations ahead of it, whether any reservation is ahead of it). `without`: admitted
     leases it would preempt."""
-    if not amounts:
+    if not amounts or _first_in_line(state, key):
         return True, False
     ahead = [reservation for reservation in plan_of(state).reservations if reservation.key < key]
     if not ahead:
@@ -151,6 +162,18 @@ def may_start_now(
         end = FAR_FUTURE_US if rec.duration_us is None else reservation.start_us + rec.duration_us
         timeline.add(rec.amounts, reservation.start_us, end)
     return timeline.earliest(amounts, state.now_us, duration_us) == state.now_us, True
+
+
+def _first_in_line(state: EngineState, key: OrderKey) -> bool:
+    """Whether no queued request naming resources comes before order `key` (so nothing can be
+    reserved ahead of it): the heads of the per-priority lists, without a plan."""
+    if state.fair:
+        return False
+    records = state.records
+    for waiting in state.amount_queue.values():
+        if order_key(state, records[waiting[0][1]]) < key:
+            return False
+    return True
 
 
 def reserved_ahead(state: EngineState, key: OrderKey, amounts: tuple) -> tuple[str, str] | None:
@@ -168,13 +191,12 @@ def reserved_ahead(state: EngineState, key: OrderKey, amounts: tuple) -> tuple[s
 
 
 def _leases(state: EngineState, without: tuple[Rec, ...] | list[Rec] = ()) -> Timeline:
-    timeline = Timeline(state.capacity)
     now = state.now_us
     gone = {rec.request_id for rec in without}
-    for rec in state.admitted.values():
-        if rec.amounts and rec.request_id not in gone:
-            timeline.add(rec.amounts, now, expected_end(rec, now))
-    return timeline
+    return Timeline(state.capacity, [
+        (rec.amounts, now, expected_end(rec, now))
+        for rec in state.admitted.values() if rec.amounts and rec.request_id not in gone
+    ])
 
 
 def _in_order(state: EngineState, depth: int):
