@@ -312,3 +312,50 @@ async def test_a_watch_that_cannot_read_the_singleton_says_so_at_once_and_when_i
             await wait_until(lambda: any(r.levelname == "ERROR" and "decisions watch" in r.getMessage() for r in caplog.records),
                              timeout=20, what="the watch's error in the log")
     assert refused.value.status == RPCStatusCode.NOT_FOUND and "no-such-namespace" in str(refused.value), refused.value
+
+
+AMOUNTS = AdmissionPolicy(max_concurrent=10, runtime_quotas={"host": 10}, lease_ttl_seconds=4,
+                          resource_capacity={"gpu": 2, "memory_gib": 16})
+
+
+async def test_missions_and_wrapped_processes_share_amounts_and_no_resource_is_ever_over_capacity(
+    dev_client: Client, substrate, tmp_path,
+):
+    """Issue 37 end to end on a dev server: wrapped processes and a mission's children name GPUs and
+    memory on one host group. A request for both GPUs waits for the one in use, says what it waits on
+    and when it is expected to start; the mission's one-GPU children pass it only by ending first
+    (backfill). Replaying the audit trail with each request's amounts: at no moment is any resource
+    over its capacity."""
+    async with mission_harness(dev_client, substrate, tmp_path, as_in_production=True) as h:
+        host_group = await _host_group(dev_client, h, policy=AMOUNTS)
+        marker = tmp_path / "one-gpu.pid"
+        one = await _wrapper(dev_client, host_group, "--request-id", "w-one", "--resource", "gpu=1",
+                             "--resource", "memory_gib=8", "--expected-duration", "4",
+                             "--", "sh", "-c", f"echo $$ > {marker}; exec sleep 4")
+        await _until_written(marker)
+        both = await _wrapper(dev_client, host_group, "--request-id", "w-both", "--resource", "gpu=2",
+                              "--expected-duration", "1", "--", "true")
+        await _until_audited(dev_client, host_group, "w-both")
+        children = [{"child_id": f"c{n}", "kind": "one-shot-command", "prompt": "sleep 1",
+                     "resources": {"gpu": 1}, "expected_duration_seconds": 2} for n in range(3)]
+        ledger = await h.control.run(parse_spec(h.spec("gpus", children)))
+        assert ledger.parent_state == "completed", ledger.aggregation.reason
+        assert (await ended(one))[0] == 0
+        code, _, err = await ended(both)
+        assert code == 0, err
+        assert "request w-both queued: position 1, waiting on resource gpu 1/2, expected to start " in err, err
+
+        amounts = {"w-one": {"gpu": 1, "memory_gib": 8}, "w-both": {"gpu": 2}}
+        used: dict[str, float] = {"gpu": 0, "memory_gib": 0}
+        peak = dict(used)
+        admitted = set()
+        for event in await _audit(dev_client, host_group):
+            asked = amounts.get(event.request_id or "", {"gpu": 1})  # the rest are the mission's children
+            sign = (event.to_state == "admitted") - (event.from_state == "admitted")
+            if event.to_state == "admitted" and event.from_state != "admitted":
+                admitted.add(event.request_id)
+            for name, amount in asked.items():
+                used[name] += sign * amount
+                peak[name] = max(peak[name], used[name])
+                assert used[name] <= AMOUNTS.resource_capacity[name], (event, used)
+        assert peak["gpu"] == 2 and len(admitted) == 5, (peak, admitted)

@@ -156,11 +156,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "denied). If no admission workflow runs there yet, one is started with this policy. Nothing is sent "
         "if the file is invalid (exit 2).",
     )
-    change.add_argument("--host-group", required=True, metavar="G", help="host group name")
     change.add_argument("policy", type=Path, metavar="POLICY.json", help="policy JSON file")
-    change.add_argument("--operator", help="who is changing it, recorded in the audit trail (default: $USER)")
-    change.add_argument("--wait", type=float, default=10.0, metavar="SECONDS",
-                        help="wait this long for a worker to apply the change (default 10; at least 2)")
     change.set_defaults(func=run_policy_set)
 
     hold = commands.add_parser(
@@ -170,16 +166,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--drain also preempts every preemptible lease (HoldAndDrain). Audited; shown by host-groups, usage, queue "
         "and the Temporal UI. `conductor admission resume` ends it.",
     )
-    hold.add_argument("--host-group", required=True, metavar="G", help="host group name")
     hold.add_argument("--reason", required=True, metavar="TEXT", help="why: the audit trail and every view show it")
     hold.add_argument("--drain", action="store_true", help="also preempt every preemptible lease")
     resume = commands.add_parser("resume", help="end a hold: admission goes on where it stopped",
                                  description="Clear the host group's `hold`; queued requests are admitted as they fit.")
-    resume.add_argument("--host-group", required=True, metavar="G", help="host group name")
-    for parser in (hold, resume):
+    for parser in (change, hold, resume):  # each sends a PolicyChange
+        parser.add_argument("--host-group", required=True, metavar="G", help="host group name")
         parser.add_argument("--operator", help="who does it, recorded in the audit trail (default: $USER)")
         parser.add_argument("--wait", type=float, default=10.0, metavar="SECONDS",
-                            help="wait this long for a worker to apply it (default 10)")
+                            help="wait this long for a worker to apply it (default 10; at least 2)")
     hold.set_defaults(func=run_hold)
     resume.set_defaults(func=run_resume)
 

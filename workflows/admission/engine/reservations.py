@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import heapq
 from bisect import insort
+from itertools import chain
 from dataclasses import dataclass, field
 
 from workflows.admission.engine.order import order_key
@@ -27,6 +28,7 @@ from workflows.admission.engine.state import FAR_FUTURE_US, EngineState, OrderKe
 # A lease that declared no expected duration ends at an unknown moment, after every known one:
 # what waits for it may still be reserved (from then on), but has no predicted start.
 UNKNOWN_US = FAR_FUTURE_US - 1
+_END = ((FAR_FUTURE_US, 0),)  # after every point of a timeline
 
 
 def expected_end(rec: Rec, now_us: int) -> int:
@@ -71,9 +73,11 @@ class Timeline:
             room = capacity.get(name, 0) - asked
             used = 0
             begin = last = None
-            for moment, change in self.points.get(name, ()):
+            # The amount in use from `last` on is known once every change at `last` is counted: at
+            # the next moment (a sentinel after the last one).
+            for moment, change in chain(self.points.get(name, ()), _END):
                 if moment != last:
-                    if last is not None:  # the amount in use from `last` on, every change there counted
+                    if last is not None:
                         if used > room:
                             if begin is None:
                                 begin = last
@@ -82,13 +86,6 @@ class Timeline:
                             begin = None
                     last = moment
                 used += change
-            if last is not None:
-                if used > room:
-                    if begin is None:
-                        begin = last
-                elif begin is not None:
-                    blocked.append((begin, last))
-                    begin = None
             if begin is not None:
                 blocked.append((begin, FAR_FUTURE_US))
         blocked.sort()
