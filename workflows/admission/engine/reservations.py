@@ -105,7 +105,7 @@ class Timeline:
 class Reservation:
     key: OrderKey
     rec: Rec
-    start_us: int  # UNKNOWN_US or later: after a lease of unknown duration
+    start_us: int  # after now; UNKNOWN_US or later when it waits for a lease of unknown duration
 
 
 @dataclass
@@ -142,8 +142,8 @@ def may_start_now(
     state: EngineState, key: OrderKey, amounts: tuple, duration_us: int | None, without: tuple[Rec, ...] | list[Rec] = (),
 ) -> tuple[bool, bool]:
     """(whether a request at order `key` asking `amounts` for `duration_us` may start now beside
-    the reservations ahead of it, whether any reservation is ahead of it). `without`: admitted
-    leases it would preempt."""
+    the reservations ahead of it, whether any of them is on a resource it asks: then starting now
+    is a backfill). `without`: admitted leases it would preempt."""
     if not amounts or _first_in_line(state, key):
         return True, False
     ahead = [reservation for reservation in plan_of(state).reservations if reservation.key < key]

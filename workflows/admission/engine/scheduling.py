@@ -121,18 +121,9 @@ def _admit_best_fitting(state: EngineState, changes: Changes, gangs: _GangCandid
     there is none."""
     if state.usage.total >= state.policy.max_concurrent:
         return False
-    heads: list[tuple[OrderKey, str]] = []
-    if state.fair:
-        # Fair-share heads cost a walk: only classes at the top effective priority can win.
-        fitting = [(queue_class.top_effective(state), queue_class) for key, queue_class in state.classes.items()
-                   if key not in barred and fits_now(state, key)]
-        top = max((effective for effective, _ in fitting), default=None)
-        heads = [queue_class.head(state) for effective, queue_class in fitting if effective == top]
-    else:
-        heads = [queue_class.head(state) for key, queue_class in state.classes.items()
-                 if key not in barred and fits_now(state, key)]
-    best = min(heads, default=None)
+    heads = _fitting_heads(state, barred)
     while True:
+        best = min(heads, default=None)
         if state.gang_classes:
             head = gangs.best(state, barred)
             if head is not None and (best is None or head[0] < best[0]):
@@ -143,17 +134,27 @@ def _admit_best_fitting(state: EngineState, changes: Changes, gangs: _GangCandid
         allowed, passes = _passes_reservations(state, best[0], rec)
         if allowed:
             break
-        # It waits for a reservation ahead: so does its class. Try the next best that fits.
+        # It waits for a reservation ahead: so does its class. Try the next best that fits (with
+        # fair share, the classes at the next top effective priority may come into play).
         barred.add(rec.queue_key)  # type: ignore[arg-type]
-        if state.fair and rec.gang is None:
-            return _admit_best_fitting(state, changes, gangs, barred)  # the next top may be lower
-        heads = [head for head in heads if head[1] != rec.request_id]
-        best = min(heads, default=None)
+        heads = _fitting_heads(state, barred) if state.fair else [head for head in heads if head[1] != rec.request_id]
     if rec.gang is not None:
         admit_gang(state, changes, state.gangs[rec.gang])
     else:
         admit(state, changes, rec, policy=BACKFILL_POLICY if passes else FAIR_SHARE_POLICY if state.fair else None)
     return True
+
+
+def _fitting_heads(state: EngineState, barred: set[tuple]) -> list[tuple[OrderKey, str]]:
+    """The head of every single-request class that fits now and is not barred."""
+    if not state.fair:
+        return [queue_class.head(state) for key, queue_class in state.classes.items()
+                if key not in barred and fits_now(state, key)]
+    # Fair-share heads cost a walk: only classes at the top effective priority can win.
+    fitting = [(queue_class.top_effective(state), queue_class) for key, queue_class in state.classes.items()
+               if key not in barred and fits_now(state, key)]
+    top = max((effective for effective, _ in fitting), default=None)
+    return [queue_class.head(state) for effective, queue_class in fitting if effective == top]
 
 
 def _passes_reservations(state: EngineState, key: OrderKey, rec: Rec, without: tuple[Rec, ...] | list[Rec] = ()) -> tuple[bool, bool]:
