@@ -59,8 +59,13 @@ def test_a_resource_the_group_lacks_or_more_than_its_capacity_is_denied_at_once_
     assert out[0]["record"]["reason"].startswith("resource tpu is not offered by this host group (it offers gpu, memory_gib)")
     assert out[1]["record"]["state"] == "denied"
     assert out[1]["record"]["reason"] == "resource gpu: asks 5 but the host group has 4 in all: this request can never run"
-    bad = run([submit(0, "x", resources={"gpu": 0.0001})])
-    assert bad[0]["error"]["code"] == "invalid-request" and "thousandths" in bad[0]["error"]["message"]
+    bad = run([submit(0, "x", resources={"gpu": 0.0001}), submit(0, "y", resources={"gpu": True}),
+               submit(0, "z", resources={"gpu": -1})])
+    assert [line["error"]["code"] for line in bad] == ["invalid-request"] * 3
+    assert "thousandths" in bad[0]["error"]["message"] and "not true or false" in bad[1]["error"]["message"]
+    assert "request.resources.gpu: Input should be greater than or equal to 0" in bad[2]["error"]["message"]
+    # A whole amount reads as written, in records and snapshots alike.
+    assert run([submit(0, "w", resources={"gpu": 2})])[0]["record"]["resources"] == {"gpu": 2}
 
 
 def test_backfill_lets_a_request_pass_a_reservation_only_when_it_ends_before_it_starts():

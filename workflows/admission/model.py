@@ -10,7 +10,16 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from typing import Annotated, Literal, Union
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    PlainSerializer,
+    ValidationError,
+    model_validator,
+)
 from pydantic_core import InitErrorDetails
 
 from workflows.limits import (
@@ -65,7 +74,24 @@ def _thousandths(value: float) -> float:
     return value
 
 
-Amount = Annotated[float, Field(ge=0, le=MAX_RESOURCE_AMOUNT, allow_inf_nan=False), AfterValidator(_thousandths)]
+def _not_a_flag(value: object) -> object:
+    if isinstance(value, bool):
+        raise ValueError("an amount is a number (like 2 or 0.5), not true or false")
+    return value
+
+
+def _as_written(value: float) -> int | float:
+    """A whole amount reads as one (4, not 4.0) in every record, dump and view."""
+    return int(value) if value.is_integer() else value
+
+
+Amount = Annotated[
+    float,
+    Field(ge=0, le=MAX_RESOURCE_AMOUNT, allow_inf_nan=False),
+    BeforeValidator(_not_a_flag),
+    AfterValidator(_thousandths),
+    PlainSerializer(_as_written, return_type=Union[int, float]),
+]
 Resources = Annotated[dict[Identifier, Amount], Field(max_length=MAX_RESOURCE_NAMES)]
 
 
