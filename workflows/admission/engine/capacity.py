@@ -124,11 +124,6 @@ def fits_now(state: EngineState, key: ClassKey, without: tuple[Rec, ...] | list[
     return not key[5] or _amount_blocker(state, key[5], without) is None
 
 
-def fits_amounts(state: EngineState, key: ClassKey) -> bool:
-    """Whether the amounts a class asks are free now (its quotas aside)."""
-    return not key[5] or _amount_blocker(state, key[5]) is None
-
-
 def gang_blocker(
     state: EngineState, members: list[Rec], without: list[Rec] | tuple[Rec, ...] = (),
 ) -> tuple[Rec, str, object, object] | None:
