@@ -638,9 +638,11 @@ def _operate(op: _Op, operation: object) -> OpResult | str | None:
 def forecast(op: _Op) -> dict[str, datetime | None]:
     """Each queued request's predicted start: this reference run forward on a copy, every lease
     released at its expected end and renewed until then, nothing new arriving."""
-    sim = copy.deepcopy(op.state)
     waiting = {r.request_id for r in queue(op)}
     found: dict[str, datetime | None] = {rid: None for rid in waiting}
+    if not waiting:
+        return found
+    sim = copy.deepcopy(op.state)
     now = op.now
     for _ in range(10_000):
         for rid, r in sim.records.items():  # holders renew: no lease expires
