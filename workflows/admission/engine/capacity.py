@@ -92,6 +92,14 @@ def _amount_blocker(
     return None
 
 
+def _amounts_fit(state: EngineState, amounts: tuple, without: tuple[Rec, ...] | list[Rec] = ()) -> bool:
+    """`_amount_blocker(...) is None`, without building its text (the hot path of every decision)."""
+    capacity, used = state.capacity, state.usage.amounts
+    if without:
+        return all(_amount_used(state, name, without) + asked <= capacity.get(name, 0) for name, asked in amounts)
+    return all(used[name] + asked <= capacity.get(name, 0) for name, asked in amounts)
+
+
 def blocking_limits(state: EngineState, key: ClassKey, without: Rec | None = None) -> list[tuple[str, str, object, object]]:
     """Every limit a class would exceed now, as (kind, label, used, limit); empty if it fits.
     Quotas come first, then the first resource short of the amounts asked.
@@ -121,7 +129,7 @@ def fits_now(state: EngineState, key: ClassKey, without: tuple[Rec, ...] | list[
                 used -= 1
         if used >= limit:
             return False
-    return not key[5] or _amount_blocker(state, key[5], without) is None
+    return not key[5] or _amounts_fit(state, key[5], without)
 
 
 def gang_blocker(
@@ -159,7 +167,8 @@ def shape_fits(state: EngineState, shape: tuple[ClassKey, ...]) -> bool:
         for kind, label, limit in limits:
             if _used(state.usage, kind, key) + placed[label] >= limit:
                 return False
-        if key[5] and _amount_blocker(state, key[5], (), amounts) is not None:
+        if key[5] and any(state.usage.amounts[name] + amounts[name] + asked > state.capacity.get(name, 0)
+                          for name, asked in key[5]):
             return False
         for _kind, label, _limit in limits:
             placed[label] += 1
