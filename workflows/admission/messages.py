@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
 from workflows.admission.model import (
     AdmissionPolicy,
@@ -92,7 +92,9 @@ class AdmissionDecision(_Message):
     request_id: str
     state: AdmissionState | Literal["unknown"]
     revision: int = 0  # the record's revision: a requester keeps the highest it has seen
-    happened: list[AuditEventType] = Field(default_factory=list)
+    # The `temporal` CLI prints an empty list as null (`workflow query --output json`): read as none.
+    happened: Annotated[list[AuditEventType], BeforeValidator(lambda value: [] if value is None else value)] = Field(
+        default_factory=list)
     reason: str = ""
     lease_revision: int = 0
     lease_expires_at: datetime | None = None
