@@ -137,15 +137,16 @@ def _set_policy(state: EngineState, changes: Changes, op: SetPolicy) -> OpResult
     was_held = state.policy.hold
     install_policy(state, op.policy)
     by = f" by {op.operator}" if op.operator else ""
+    why = f": {op.policy.hold_reason}" if op.policy.hold_reason else ""
     if op.policy.hold and not was_held:
-        reason, kind = f"admission held{by}" + (f": {op.policy.hold_reason}" if op.policy.hold_reason else ""), HOLD_POLICY
+        reason, kind = f"admission held{by}{why}", HOLD_POLICY
     elif was_held and not op.policy.hold:
         reason, kind = f"admission resumed{by}", HOLD_POLICY
     else:
         reason, kind = f"policy changed{by}", "set_policy"
     changes.emit("policy-changed", None, None, reason, policy=kind)
     if op.drain and op.policy.hold:
-        _drain(state, changes, f"drained{by}" + (f": {op.policy.hold_reason}" if op.policy.hold_reason else ""))
+        _drain(state, changes, f"drained{by}{why}")
     doomed: list[Rec] = []
     for key, queue_class in [*state.classes.items(), *state.gang_classes.items()]:
         if is_gang_key(key):
