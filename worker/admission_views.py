@@ -95,7 +95,8 @@ def _transition(event: AuditEvent) -> str | None:
 
 
 def what_if_text(result: WhatIf) -> str:
-    return f"{result.outcome}: {result.explanation}"
+    expected = f", expected to start {rfc3339(result.eta)}" if result.eta is not None else ""
+    return f"{result.outcome}: {result.explanation}{expected}"
 
 
 def policy_table(policy: AdmissionPolicy) -> str:

@@ -153,7 +153,7 @@ async def test_queue_leases_usage_audit_what_if_and_policy_show(conductor, dev_c
         queued = await conductor("what-if", *group, str(prod))
         assert queued.code == 0 and queued.out.strip() == "queued: position 3, waiting on environment prod 1/1"
         assert (await conductor("what-if", *group, str(dev), "--json")).json == {
-            "outcome": "admitted", "explanation": "fits every limit now"}
+            "outcome": "admitted", "explanation": "fits every limit now", "eta": None}
 
         shown = await conductor("policy", "show", *group)
         assert column_of(shown.out, "VALUE", "max_concurrent") == "3"

@@ -200,3 +200,24 @@ def test_first_eta_is_the_actual_start_when_every_lease_lasts_what_it_declared(t
         note(events, moment)
     assert set(started) == set(first_eta)
     assert {rid: first_eta[rid] for rid in started} == started
+
+
+def test_what_if_says_when_a_request_that_would_queue_is_expected_to_start():
+    """The singleton's what_if query (workflows.admission.singleton.what_if): a request that would
+    wait gets its predicted start, from a copy: nothing is submitted."""
+    from collections import deque
+
+    from workflows.admission.singleton import SingletonState, what_if
+
+    state = engine.new_state(AdmissionPolicy.model_validate(POLICY))
+    for line in (submit(0, "running", resources={"gpu": 3}, expected_duration_seconds=100),):
+        request = AdmissionRequest.model_validate({**line["request"], "submitted_at": T0})
+        state, _, _ = engine.apply(state, Submit(request=request), T0)
+    core = SingletonState(host_group="g", engine=state, requesters={}, audit_chain="run-1", recent=deque())
+    asked = AdmissionRequest.model_validate({**submit(1, "next", resources={"gpu": 2})["request"], "submitted_at": T0})
+    answer = what_if(core, asked)
+    assert (answer.outcome, answer.eta) == ("queued", T0 + timedelta(seconds=100))
+    assert answer.explanation == "position 1, waiting on resource gpu 3/4"
+    assert "next" not in state.records
+    fits = what_if(core, asked.model_copy(update={"resources": {"gpu": 1}}))
+    assert (fits.outcome, fits.eta) == ("admitted", None)

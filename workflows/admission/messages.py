@@ -239,6 +239,7 @@ class UsageRow(_Message):
 class WhatIf(_Message):
     outcome: str
     explanation: str
+    eta: datetime | None = None  # when queued: its predicted start, if it can be known
 
 
 AdmissionWorkflowInput.model_rebuild()

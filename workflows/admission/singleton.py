@@ -32,8 +32,9 @@ from workflows.admission.messages import (
     QueueRow,
     RenewBatch,
     SweepResult,
+    WhatIf,
 )
-from workflows.admission.model import AuditEvent, Cancel, Extend, OpResult, Reconcile, Release, Renew, SetPolicy, Submit
+from workflows.admission.model import AdmissionRequest, AuditEvent, Cancel, Extend, OpResult, Reconcile, Release, Renew, SetPolicy, Submit
 
 AUDIT_EXPORT_DELAY = timedelta(seconds=1)  # how long an audit event may wait for others to leave with
 MAX_EVENTS_PER_EXPORT = 500  # keeps one export's input far below the server's payload limit
@@ -329,6 +330,13 @@ def _etas(state: SingletonState, request_ids: list[str]) -> dict[str, datetime |
     if not queued or state.engine.queued_count > FORECAST_QUEUE_LIMIT:
         return {}
     return engine.forecast(state.engine, queued)
+
+
+def what_if(state: SingletonState, request: AdmissionRequest) -> WhatIf:
+    """What submitting `request` now would do, and when it would start if it queued."""
+    outcome, explanation = engine.what_if(state.engine, request)
+    forecast = outcome == "queued" and state.engine.queued_count <= FORECAST_QUEUE_LIMIT
+    return WhatIf(outcome=outcome, explanation=explanation, eta=engine.forecast_new(state.engine, request) if forecast else None)
 
 
 def take_inbox(state: SingletonState) -> list[InboxItem]:

@@ -214,8 +214,7 @@ class AdmissionWorkflow:
     def what_if(self, *args: Any) -> WhatIf:
         request = argument(args, AdmissionRequest, "the what_if query's argument", hint=SCHEMA_HINT)
         self._require_restored()
-        outcome, explanation = engine.what_if(self._core.engine, request)
-        return WhatIf(outcome=outcome, explanation=explanation)
+        return singleton.what_if(self._core, request)
 
     @workflow.query(description="Signals this singleton received and did not act on, and why (the newest ones).")
     def refusals(self, *args: Any) -> list[Refusal]:

@@ -41,7 +41,7 @@ queue played forward: each request's predicted start) and `views` (what clients 
 
 from workflows.admission.engine.apply import apply
 from workflows.admission.engine.capacity import waiting_on
-from workflows.admission.engine.forecast import forecast
+from workflows.admission.engine.forecast import forecast, forecast_new
 from workflows.admission.engine.indexes import rebuild_indexes
 from workflows.admission.engine.order import effective_priority, order_key
 from workflows.admission.engine.scheduling import next_wakeup
@@ -67,6 +67,7 @@ __all__ = [
     "apply",
     "effective_priority",
     "forecast",
+    "forecast_new",
     "from_micros",
     "new_state",
     "next_wakeup",

@@ -18,11 +18,12 @@ import heapq
 from collections.abc import Iterable
 from datetime import datetime
 
-from workflows.admission.engine.indexes import rebuild_indexes
+from workflows.admission.engine.indexes import enqueue, rebuild_indexes
 from workflows.admission.engine.reservations import UNKNOWN_US, expected_end
 from workflows.admission.engine.scheduling import next_wakeup, tick
-from workflows.admission.engine.state import FAR_FUTURE_US, EngineState, from_micros, install_policy, to_micros
+from workflows.admission.engine.state import FAR_FUTURE_US, EngineState, Rec, from_micros, install_policy, to_micros
 from workflows.admission.engine.transitions import Changes, finish
+from workflows.admission.model import AdmissionRequest
 
 # A bound on forecast moments, so that a view always answers (an aging step is one too).
 MAX_STEPS = 100_000
@@ -32,10 +33,24 @@ def forecast(state: EngineState, request_ids: Iterable[str] | None = None) -> di
     """The predicted start of each queued request named (every queued one when None)."""
     queued = {request_id for request_id, rec in state.records.items() if rec.state == "queued"}
     pending = queued if request_ids is None else queued & set(request_ids)
-    found: dict[str, datetime | None] = {request_id: None for request_id in pending}
     if not pending:
-        return found
+        return {}
+    return _play(_copy(state), pending)
+
+
+def forecast_new(state: EngineState, request: AdmissionRequest) -> datetime | None:
+    """The predicted start of a request not submitted (a what-if), were it queued now."""
     sim = _copy(state)
+    if request.request_id in sim.records:
+        return None
+    rec = sim.records[request.request_id] = Rec(request)
+    enqueue(sim, rec, rec.submitted_us + rec.timeout_us)
+    return _play(sim, {request.request_id})[request.request_id]
+
+
+def _play(sim: EngineState, pending: set[str]) -> dict[str, datetime | None]:
+    """Run the copy forward until every pending request is admitted or can no longer be."""
+    found: dict[str, datetime | None] = {request_id: None for request_id in pending}
     ends: list[tuple[int, str]] = [
         (expected_end(rec, sim.now_us), request_id) for request_id, rec in sim.admitted.items() if rec.duration_us is not None
     ]
