@@ -221,3 +221,18 @@ def test_what_if_says_when_a_request_that_would_queue_is_expected_to_start():
     assert "next" not in state.records
     fits = what_if(core, asked.model_copy(update={"resources": {"gpu": 1}}))
     assert (fits.outcome, fits.eta) == ("admitted", None)
+
+
+def test_a_forecast_with_a_budget_of_moments_gives_no_eta_past_it():
+    """Inside a workflow task the singleton forecasts over a bounded number of moments
+    (singleton.FORECAST_MOMENTS): a start further out than the budget is unknown, never wrong."""
+    lines = [submit(0, "running", resources={"gpu": 4}, expected_duration_seconds=10)]
+    lines += [submit(1 + n, f"w{n}", resources={"gpu": 4}, expected_duration_seconds=10) for n in range(3)]
+    state = engine.new_state(AdmissionPolicy.model_validate(POLICY))
+    for line in lines:
+        moment = datetime.fromisoformat(line["at"].replace("Z", "+00:00"))
+        state, _, _ = engine.apply(state, Submit(request=AdmissionRequest.model_validate(
+            {**line["request"], "submitted_at": moment})), moment)
+    unbounded = engine.forecast(state)
+    assert unbounded == {"w0": T0 + timedelta(seconds=10), "w1": T0 + timedelta(seconds=20), "w2": T0 + timedelta(seconds=30)}
+    assert engine.forecast(state, moments=2) == {"w0": unbounded["w0"], "w1": unbounded["w1"], "w2": None}

@@ -319,24 +319,31 @@ def decide(state: SingletonState, now: datetime, warn: Callable[[str], None] = l
     return Decided(signals=signals, events=events)
 
 
-# The largest queue a pass forecasts for the decisions it sends (engine.forecast copies the queue
-# and plays it forward): beyond it a queued decision carries no eta (docs/scaling.md).
-FORECAST_QUEUE_LIMIT = 5_000
+# The forecast runs inside a workflow task (a decision pass, a query), which must stay far below the
+# SDK's 2 s deadlock detector: it copies the queue (so only up to FORECAST_QUEUE_LIMIT queued) and
+# plays at most FORECAST_MOMENTS moments, each an admission pass. Beyond either, eta is None
+# (docs/scaling.md). Both are counts, never clock time, so a replay forecasts the same.
+FORECAST_QUEUE_LIMIT = 2_000
+FORECAST_MOMENTS = 100
+
+
+def _forecastable(state: SingletonState) -> bool:
+    return state.engine.queued_count <= FORECAST_QUEUE_LIMIT
 
 
 def _etas(state: SingletonState, request_ids: list[str]) -> dict[str, datetime | None]:
     records = state.engine.records
     queued = [request_id for request_id in request_ids if (rec := records.get(request_id)) is not None and rec.state == "queued"]
-    if not queued or state.engine.queued_count > FORECAST_QUEUE_LIMIT:
+    if not queued or not _forecastable(state):
         return {}
-    return engine.forecast(state.engine, queued)
+    return engine.forecast(state.engine, queued, FORECAST_MOMENTS)
 
 
 def what_if(state: SingletonState, request: AdmissionRequest) -> WhatIf:
     """What submitting `request` now would do, and when it would start if it queued."""
     outcome, explanation = engine.what_if(state.engine, request)
-    forecast = outcome == "queued" and state.engine.queued_count <= FORECAST_QUEUE_LIMIT
-    return WhatIf(outcome=outcome, explanation=explanation, eta=engine.forecast_new(state.engine, request) if forecast else None)
+    eta = engine.forecast_new(state.engine, request, FORECAST_MOMENTS) if outcome == "queued" and _forecastable(state) else None
+    return WhatIf(outcome=outcome, explanation=explanation, eta=eta)
 
 
 def take_inbox(state: SingletonState) -> list[InboxItem]:
@@ -494,7 +501,7 @@ def queue_rows(state: SingletonState, limit: int) -> list[QueueRow]:
             waited_seconds=max(0, now_us - rec.submitted_us) / 1_000_000,
             eta=entry.eta,
         )
-        for entry in engine.queue_view(state.engine, with_eta=state.engine.queued_count <= FORECAST_QUEUE_LIMIT)[:limit]
+        for entry in engine.queue_view(state.engine, eta_moments=FORECAST_MOMENTS if _forecastable(state) else 0)[:limit]
     ]
 
 

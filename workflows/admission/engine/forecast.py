@@ -21,41 +21,45 @@ from datetime import datetime
 from workflows.admission.engine.indexes import enqueue, rebuild_indexes
 from workflows.admission.engine.reservations import UNKNOWN_US, expected_end
 from workflows.admission.engine.scheduling import next_wakeup, tick
-from workflows.admission.engine.state import FAR_FUTURE_US, EngineState, Rec, from_micros, install_policy, to_micros
+from workflows.admission.engine.state import FAR_FUTURE_US, EngineState, Rec, from_micros, new_state, to_micros
 from workflows.admission.engine.transitions import Changes, finish
 from workflows.admission.model import AdmissionRequest
 
-# A bound on forecast moments, so that a view always answers (an aging step is one too).
+# A bound on forecast moments, so that a view always answers (an aging step is one too). A moment
+# costs an admission pass; inside a workflow task the caller passes a far smaller budget.
 MAX_STEPS = 100_000
 
 
-def forecast(state: EngineState, request_ids: Iterable[str] | None = None) -> dict[str, datetime | None]:
-    """The predicted start of each queued request named (every queued one when None)."""
+def forecast(
+    state: EngineState, request_ids: Iterable[str] | None = None, moments: int = MAX_STEPS,
+) -> dict[str, datetime | None]:
+    """The predicted start of each queued request named (every queued one when None); None for
+    one not admitted within `moments` forecast moments."""
     queued = {request_id for request_id, rec in state.records.items() if rec.state == "queued"}
     pending = queued if request_ids is None else queued & set(request_ids)
     if not pending:
         return {}
-    return _play(_copy(state), pending)
+    return _play(_copy(state), pending, moments)
 
 
-def forecast_new(state: EngineState, request: AdmissionRequest) -> datetime | None:
+def forecast_new(state: EngineState, request: AdmissionRequest, moments: int = MAX_STEPS) -> datetime | None:
     """The predicted start of a request not submitted (a what-if), were it queued now."""
     sim = _copy(state)
     if request.request_id in sim.records:
         return None
     rec = sim.records[request.request_id] = Rec(request)
     enqueue(sim, rec, rec.submitted_us + rec.timeout_us)
-    return _play(sim, {request.request_id})[request.request_id]
+    return _play(sim, {request.request_id}, moments)[request.request_id]
 
 
-def _play(sim: EngineState, pending: set[str]) -> dict[str, datetime | None]:
+def _play(sim: EngineState, pending: set[str], moments: int) -> dict[str, datetime | None]:
     """Run the copy forward until every pending request is admitted or can no longer be."""
     found: dict[str, datetime | None] = {request_id: None for request_id in pending}
     ends: list[tuple[int, str]] = [
         (expected_end(rec, sim.now_us), request_id) for request_id, rec in sim.admitted.items() if rec.duration_us is not None
     ]
     heapq.heapify(ends)
-    for _ in range(MAX_STEPS):
+    for _ in range(moments):
         wake = next_wakeup(sim)
         moment = min(ends[0][0] if ends else UNKNOWN_US, UNKNOWN_US if wake is None else to_micros(wake))
         if moment >= UNKNOWN_US:
@@ -87,8 +91,7 @@ def _play(sim: EngineState, pending: set[str]) -> dict[str, datetime | None]:
 
 def _copy(state: EngineState) -> EngineState:
     """The live records (queued and admitted) in a state of their own, leases renewed for ever."""
-    sim = EngineState(policy=state.policy)
-    install_policy(sim, state.policy)
+    sim = new_state(state.policy)
     sim.now_us, sim.revision = state.now_us, state.revision
     sim.lease_ttl_us = FAR_FUTURE_US - state.now_us  # leases never expire: their holders renew
     for request_id, rec in state.records.items():

@@ -11,7 +11,7 @@ from workflows.admission.engine.capacity import (
     gang_blocker,
     waiting_on,
 )
-from workflows.admission.engine.forecast import forecast
+from workflows.admission.engine.forecast import MAX_STEPS, forecast
 from workflows.admission.engine.order import effective_priority, order_key
 from workflows.admission.engine.preemption import (
     lane_override_victim,
@@ -33,6 +33,7 @@ from workflows.admission.model import (
     AdmissionRequest,
     QueueEntry,
     Snapshot,
+    amount_value,
 )
 
 
@@ -48,11 +49,11 @@ def queued_in_order(state: EngineState) -> list[Rec]:
     return queued
 
 
-def queue_view(state: EngineState, with_eta: bool = True) -> list[QueueEntry]:
-    """The queue in order, each entry with what it waits on and (unless `with_eta` is off: it
-    costs a forecast of the whole queue) its predicted start."""
+def queue_view(state: EngineState, eta_moments: int = MAX_STEPS) -> list[QueueEntry]:
+    """The queue in order, each entry with what it waits on and its predicted start (a forecast of
+    the whole queue, of at most `eta_moments` moments; 0: none)."""
     constraints: dict[tuple, str] = {}
-    etas = forecast(state) if with_eta else {}
+    etas = forecast(state, moments=eta_moments) if eta_moments else {}
 
     def constraint(rec: Rec) -> str:
         key = rec.gang if rec.gang is not None else rec.class_key
@@ -171,12 +172,8 @@ def usage_view(state: EngineState) -> list[tuple[str, int | float, int | float |
         rows.append((f"runtime {kind}", usage.runtime[kind], policy.runtime_limit(kind)))
     for name in sorted(set(state.capacity) | {name for name, used in usage.amounts.items() if used}):
         capacity = state.capacity.get(name)
-        rows.append((f"resource {name}", _amount(usage.amounts[name]), None if capacity is None else _amount(capacity)))
+        rows.append((f"resource {name}", amount_value(usage.amounts[name]), None if capacity is None else amount_value(capacity)))
     return rows
-
-
-def _amount(thousandths: int) -> int | float:
-    return thousandths // 1000 if thousandths % 1000 == 0 else thousandths / 1000
 
 
 def what_if(state: EngineState, request: AdmissionRequest) -> tuple[str, str]:
