@@ -99,10 +99,13 @@ def to_thousandths(amount: float) -> int:
     return round(amount * 1000)
 
 
+def amount_value(thousandths: int) -> int | float:
+    """An amount as a person wrote it: 4, 0.5, 2.25 (a whole amount stays an int)."""
+    return thousandths // 1000 if thousandths % 1000 == 0 else thousandths / 1000
+
+
 def amount_text(thousandths: int) -> str:
-    """An amount as a person wrote it: 4, 0.5, 2.25."""
-    whole, part = divmod(thousandths, 1000)
-    return str(whole) if not part else f"{whole}.{part:03d}".rstrip("0")
+    return str(amount_value(thousandths))
 
 
 def _sensible_name(value: str) -> str:

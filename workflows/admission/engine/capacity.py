@@ -92,12 +92,16 @@ def _amount_blocker(
     return None
 
 
-def _amounts_fit(state: EngineState, amounts: tuple, without: tuple[Rec, ...] | list[Rec] = ()) -> bool:
+def _amounts_fit(
+    state: EngineState, amounts: tuple, without: tuple[Rec, ...] | list[Rec] = (), placed: Counter[str] | None = None,
+) -> bool:
     """`_amount_blocker(...) is None`, without building its text (the hot path of every decision)."""
-    capacity, used = state.capacity, state.usage.amounts
-    if without:
-        return all(_amount_used(state, name, without) + asked <= capacity.get(name, 0) for name, asked in amounts)
-    return all(used[name] + asked <= capacity.get(name, 0) for name, asked in amounts)
+    capacity = state.capacity
+    for name, asked in amounts:
+        used = _amount_used(state, name, without) if without else state.usage.amounts[name]
+        if used + (placed[name] if placed else 0) + asked > capacity.get(name, 0):
+            return False
+    return True
 
 
 def blocking_limits(state: EngineState, key: ClassKey, without: Rec | None = None) -> list[tuple[str, str, object, object]]:
@@ -167,8 +171,7 @@ def shape_fits(state: EngineState, shape: tuple[ClassKey, ...]) -> bool:
         for kind, label, limit in limits:
             if _used(state.usage, kind, key) + placed[label] >= limit:
                 return False
-        if key[5] and any(state.usage.amounts[name] + amounts[name] + asked > state.capacity.get(name, 0)
-                          for name, asked in key[5]):
+        if key[5] and not _amounts_fit(state, key[5], placed=amounts):
             return False
         for _kind, label, _limit in limits:
             placed[label] += 1
