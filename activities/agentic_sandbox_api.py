@@ -42,6 +42,9 @@ log = logging.getLogger(__name__)
 RUNTIME_EXTENSION = "https://agentic-sandbox.aiwg.io/extensions/runtime/v1"
 IDEMPOTENCY_EXTENSION = "https://agentic-sandbox.aiwg.io/extensions/idempotency/v1"
 EXTENSIONS_HEADER = "A2A-Extensions"
+# hitl-prompt/v1 (docs/contracts/extensions/hitl-prompt/v1/spec.md): activated on dispatch, so an
+# agent that asks a person puts its prompt envelope at `status.message.metadata[HITL_PROMPT_EXTENSION]`.
+HITL_PROMPT_EXTENSION = "https://agentic-sandbox.aiwg.io/extensions/hitl-prompt/v1"
 
 TERMINAL_TASK_STATES: frozenset[str] = frozenset({"completed", "failed", "canceled", "rejected", "unknown"})
 
@@ -273,6 +276,11 @@ class Task(_A2AResponse):
                 return "".join(part.text or "" for part in artifact.parts if part.kind == "text")
         return None
 
+    def prompt_envelope(self) -> Any:
+        """The hitl-prompt/v1 envelope of a task waiting on a person (`input-required`), if any."""
+        message = self.status.message
+        return (message.metadata or {}).get(HITL_PROMPT_EXTENSION) if message is not None else None
+
     def status_text(self) -> str | None:
         """What the status says in words: its message's text, else its `error`, else its `summary`
         (agent_message_dispatch.rs writes `summary` and, for infrastructure failures, `error`)."""
@@ -362,6 +370,7 @@ class OutgoingMessage(_A2ARequest):
     role: Literal["user", "agent"]
     parts: list[OutgoingTextPart] = Field(min_length=1)
     context_id: str | None = Field(default=None, min_length=1, max_length=256)
+    task_id: str | None = Field(default=None, min_length=1, max_length=256)  # an answer names the task that asked
     metadata: dict[str, Any] | None = None
 
 

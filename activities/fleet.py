@@ -50,10 +50,12 @@ from activities.credentials import (
     fleet_token,
 )
 from activities.sandbox_client import (
+    AnswerInvalid,
     ExecutorClient,
     FleetClient,
     IdentityImmutable,
     NotFound,
+    PromptClosed,
     ProtocolViolation,
     SandboxError,
     StaleRevision,
@@ -65,6 +67,7 @@ from workflows.contract import WorkloadRecord
 from workflows.workload.messages import (
     ADMIT_AND_DISPATCH,
     ADMIT_WORKLOAD,
+    ANSWER_QUESTION,
     CANCEL_TASK,
     DEFAULT_OUTPUT_CHARS,
     DISPATCH_AND_READ,
@@ -73,6 +76,7 @@ from workflows.workload.messages import (
     GET_WORKLOAD,
     LIST_TARGETS,
     OBSERVE_WORKLOAD,
+    READ_QUESTION,
     RUN_VERIFIER,
     VERIFIER_GRACE_SECONDS,
     WATCH_WORKLOAD,
@@ -80,11 +84,14 @@ from workflows.workload.messages import (
     Admitted,
     AdmittedAndDispatched,
     AdmitWorkload,
+    AnswerDelivered,
+    AskedQuestion,
     DispatchAndRead,
     Dispatched,
     DispatchTask,
     Observed,
     ObserveWorkload,
+    QuestionAnswer,
     Refusal,
     RunVerifier,
     TargetList,
@@ -229,6 +236,8 @@ class FleetActivities:
             self.read_output,
             self.cancel_task,
             self.run_verifier,
+            self.read_question,
+            self.answer_question,
         ]
 
     # --- plumbing -------------------------------------------------------------------------
@@ -469,6 +478,36 @@ class FleetActivities:
         return task_view(request.instance_id, task, request.max_output_chars)
 
 
+    @activity.defn(name=READ_QUESTION)
+    async def read_question(self, request: TaskRef) -> AskedQuestion:
+        """The question a task waits on (its hitl-prompt/v1 envelope), read from the task itself:
+        the fleet record only says `blocked` with backpressure `approval` (fleet.rs)."""
+        _, executor = self._clients()
+        task = await self._call(READ_QUESTION, lambda: executor.get_task(request.instance_id, request.task_id))
+        waiting = task.status.state == "input-required"
+        return AskedQuestion(state=task.status.state, envelope=task.prompt_envelope() if waiting else None)
+
+    @activity.defn(name=ANSWER_QUESTION)
+    async def answer_question(self, request: QuestionAnswer) -> AnswerDelivered:
+        """Forward an operator's answer; exactly once in effect. A retry (after a lost response or
+        a crash) sends it again, and the executor's 409 for a prompt already answered counts as
+        delivered: the real executor checks the prompt before its idempotency cache, so the same
+        messageId does not find the first answer (send_message.rs). A 422 leaves the question open."""
+        _, executor = self._clients()
+
+        async def answer() -> AnswerDelivered:
+            try:
+                task = await executor.answer_prompt(
+                    request.instance_id, request.task_id, request.message_id, request.prompt_id, request.payload,
+                )
+            except PromptClosed as closed:
+                return AnswerDelivered(delivered=True, detail=f"the executor says the prompt is already answered ({closed.message})")
+            except AnswerInvalid as invalid:
+                return AnswerDelivered(delivered=False, detail=f"the executor refused the payload: {invalid.message}")
+            return AnswerDelivered(delivered=True, task_state=task.status.state, detail=f"delivered; the task is {task.status.state}")
+
+        return await self._call(ANSWER_QUESTION, answer)
+
     @activity.defn(name=RUN_VERIFIER)
     async def run_verifier(self, request: RunVerifier) -> VerifierRun:
         """Send the verifier as a command for no record, in the child's context, and wait for it.
@@ -520,4 +559,4 @@ class FleetActivities:
         )
 
 
-_EXECUTOR_OPERATIONS = frozenset({DISPATCH_TASK, READ_OUTPUT, CANCEL_TASK, RUN_VERIFIER})
+_EXECUTOR_OPERATIONS = frozenset({DISPATCH_TASK, READ_OUTPUT, CANCEL_TASK, RUN_VERIFIER, READ_QUESTION, ANSWER_QUESTION})

@@ -45,6 +45,7 @@ from pydantic import BaseModel, ValidationError
 
 from activities.agentic_sandbox_api import (
     EXTENSIONS_HEADER,
+    HITL_PROMPT_EXTENSION,
     IDEMPOTENCY_EXTENSION,
     RUNTIME_EXTENSION,
     AdmitResponse,
@@ -52,6 +53,8 @@ from activities.agentic_sandbox_api import (
     Instance,
     InstancesList,
     MessageSendParams,
+    OutgoingMessage,
+    OutgoingTextPart,
     Problem,
     ReconcileRequest,
     RuntimeIdentity,
@@ -96,6 +99,15 @@ class IdempotencyCollision(FleetRejected):
 
 class TaskNotCancelable(FleetRejected):
     """The task already ended (completed, failed, rejected, unknown)."""
+
+
+class PromptClosed(FleetRejected):
+    """409 `hitl_already_answered_or_unknown`: the prompt was answered already, or the task asks no
+    question any more (send_message.rs `handle_hitl_response`)."""
+
+
+class AnswerInvalid(FleetRejected):
+    """422 `hitl_response_invalid`: the payload does not match the prompt's schema; still open."""
 
 
 class StaleRevision(SandboxError):
@@ -154,6 +166,8 @@ _BY_CODE: dict[str, type[SandboxError]] = {
     "task.not_found": TaskNotFound,  # handlers/cancel_task.rs, handlers/get_task.rs
     "instance.not_found": InstanceNotFound,  # instance.rs
     "idempotency.key_reused": IdempotencyCollision,  # extensions/idempotency.rs
+    "hitl_already_answered_or_unknown": PromptClosed,  # handlers/send_message.rs handle_hitl_response
+    "hitl_response_invalid": AnswerInvalid,
 }
 
 
@@ -183,6 +197,11 @@ def error_from_response(response: httpx.Response) -> SandboxError:
     parsed = _error_body(body)
     if parsed is not None:
         code, message = parsed
+        errors = body.get("validation_errors") if isinstance(body, dict) else None
+        if isinstance(errors, list) and errors:  # hitl-prompt/v1 examples/invalid-response-422.json
+            message = f"{message}: " + "; ".join(
+                f"{e.get('path', '')}: {e.get('message', '')}" if isinstance(e, dict) else str(e) for e in errors[:10]
+            )
     else:
         code, message = f"http.{status}", response.text[:300] or response.reason_phrase
     if status >= 500 or status in (408, 429):
@@ -364,7 +383,7 @@ class ExecutorClient(_Client):
     activates the idempotency extension, keyed on `messageId`.
     """
 
-    EXTENSIONS = f"{RUNTIME_EXTENSION}, {IDEMPOTENCY_EXTENSION}"
+    EXTENSIONS = f"{RUNTIME_EXTENSION}, {IDEMPOTENCY_EXTENSION}, {HITL_PROMPT_EXTENSION}"
     CANCEL_EXTENSIONS = RUNTIME_EXTENSION
 
     async def send_message(self, instance_id: str, message: TaskDispatch | MessageSendParams) -> Task:
@@ -374,6 +393,25 @@ class ExecutorClient(_Client):
             "POST",
             f"/agents/{_segment(instance_id)}/v1/messages:send",
             body=params.wire(),
+            headers={EXTENSIONS_HEADER: self.EXTENSIONS},
+        )
+        return self._parse(Task, response)
+
+    async def answer_prompt(
+        self, instance_id: str, task_id: str, message_id: str, prompt_id: str, payload: dict[str, Any]
+    ) -> Task:
+        """Answer a task's hitl-prompt/v1 question: `messages:send` naming the task, with
+        `metadata.hitl_response_for` (spec.md, "Response Envelope"). `PromptClosed` (409) when the
+        prompt is answered or unknown, `AnswerInvalid` (422) when the payload does not match."""
+        message = OutgoingMessage(
+            message_id=message_id, role="user", task_id=task_id,
+            parts=[OutgoingTextPart(text=f"answer to prompt {prompt_id}")],
+            metadata={"hitl_response_for": {"prompt_id": prompt_id, "payload": payload}},
+        )
+        response = await self._request(
+            "POST",
+            f"/agents/{_segment(instance_id)}/v1/messages:send",
+            body=MessageSendParams(message=message).wire(),
             headers={EXTENSIONS_HEADER: self.EXTENSIONS},
         )
         return self._parse(Task, response)

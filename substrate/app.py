@@ -52,7 +52,9 @@ from substrate.fleet import FleetService
 from substrate.health import health_routes
 from substrate.runner import Runner
 from substrate.store import Store
-from substrate.wire import EXTENSIONS_HEADER, RUNTIME_EXTENSION, SUPPORTED_EXTENSIONS, activated, requested_extensions
+from substrate.wire import (
+    EXTENSIONS_HEADER, RUNTIME_EXTENSION, SUPPORTED_EXTENSIONS, activated, hitl_response, requested_extensions,
+)
 
 log = logging.getLogger(__name__)
 
@@ -165,7 +167,10 @@ def _executor_routes(config: SubstrateConfig, prefix: str) -> APIRouter:
     async def send(instance_id: str, request: Request) -> Response:
         requested = _extensions(request)
         body = await _json_body(request, "executor.invalid_message")
-        created, task = await executor(request).send(instance_id, body)
+        response = hitl_response(body)
+        if response is not None:  # an answer to a task's question (send_message.rs `handle_hitl_response`)
+            return _json(202, executor(request).answer(instance_id, body, response))
+        created, task = await executor(request).send(instance_id, body, frozenset(requested))
         headers = {EXTENSIONS_HEADER: ", ".join(uri for uri in SUPPORTED_EXTENSIONS if activated(requested, uri))}
         if created:
             headers["Location"] = f"/agents/{instance_id}/v1/tasks/{task['id']}"

@@ -36,12 +36,14 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from substrate import questions
 from substrate.cron import CronSchedule
 from substrate.errors import SubstrateError, not_found
 from substrate.fleet import FleetService
 from substrate.runner import Runner, timestamp
 from substrate.store import Store, TaskRow
 from substrate.wire import (
+    HITL_PROMPT_EXTENSION,
     RUNTIME_EXTENSION,
     SUPPORTED_EXTENSIONS,
     Message,
@@ -203,8 +205,42 @@ class ExecutorService:
             raise _invalid("the command contains a NUL character, which no command line can carry")
         return params, runtime, prompt
 
-    async def send(self, instance_id: str, body: object) -> tuple[bool, dict[str, Any]]:
-        """Returns (created, A2A task). The HTTP layer has checked the runtime extension."""
+    def answer(self, instance_id: str, body: object, response: object) -> dict[str, Any]:
+        """An answer to a task's question (`substrate.questions`): the task works on, 202 with it."""
+        self.instance(instance_id)
+        message = body["message"]  # type: ignore[index]  (wire.hitl_response found it there)
+        task_id = message.get("taskId")
+        if not isinstance(task_id, str):
+            raise SubstrateError(400, "hitl_response.missing_task_id", "HITL response messages must include message.taskId",
+                                 title="Invalid HITL response")  # fmt: skip
+
+        def closed(detail: str) -> SubstrateError:
+            return SubstrateError(409, "hitl_already_answered_or_unknown", detail, title="HITL response rejected")
+
+        with self._store.transaction():
+            task = self._store.get_task(task_id)
+            if task is None or task.instance_id != instance_id:
+                raise closed("HITL prompt is unknown for this instance")
+            if task.state != "input-required":
+                raise closed(f"Task '{task_id}' is not waiting for HITL input")
+            envelope = ((task.status_extra.get("message") or {}).get("metadata") or {}).get(HITL_PROMPT_EXTENSION)
+            if not isinstance(envelope, dict):
+                raise closed("Task is input-required but has no stored hitl-prompt envelope")
+            problem = questions.response_problems(envelope, response)
+            if problem is not None:
+                status, detail, errors = problem
+                if status == 409:
+                    raise closed(detail)
+                raise SubstrateError(422, "hitl_response_invalid", detail, title="HITL response invalid",
+                                     prompt_id=envelope["prompt_id"], validation_errors=errors)  # fmt: skip
+            self._runner.answer(task, message, response)  # type: ignore[arg-type]
+        stored = self._store.get_task(task_id)
+        assert stored is not None
+        return self.view(stored)
+
+    async def send(self, instance_id: str, body: object, extensions: frozenset[str] = frozenset()) -> tuple[bool, dict[str, Any]]:
+        """Returns (created, A2A task). The HTTP layer has checked the runtime extension;
+        `extensions`: the activated ones (hitl-prompt/v1 lets the task's process ask in envelopes)."""
         instance = self.instance(instance_id)
         params, runtime, prompt = self._parse(body)
         message = params.message
@@ -223,7 +259,7 @@ class ExecutorService:
                         title="Idempotency key reused with different payload",
                     )
                 return False, self.view(existing, created=True)
-            task = self._admit_task(instance, message, runtime, prompt, fingerprint)
+            task = self._admit_task(instance, message, runtime, prompt, fingerprint, HITL_PROMPT_EXTENSION.lower() in extensions)
         if task.state == "submitted":
             await self._runner.start(task)
         stored = self._store.get_task(task.task_id)
@@ -231,10 +267,10 @@ class ExecutorService:
         return True, self.view(stored, created=True)
 
     def _admit_task(
-        self, instance: Instance, message: Message, runtime: RuntimeDispatch, prompt: str, fingerprint: str
+        self, instance: Instance, message: Message, runtime: RuntimeDispatch, prompt: str, fingerprint: str, hitl: bool,
     ) -> TaskRow:
         if runtime.child_id is None:
-            return self._admit_plain_task(instance, message, runtime, prompt, fingerprint)
+            return self._admit_plain_task(instance, message, runtime, prompt, fingerprint, hitl)
         record = self._fleet.find(runtime.child_id)
         if record is None:
             raise not_found(runtime.child_id)
@@ -284,11 +320,11 @@ class ExecutorService:
             refusal = f"workload {runtime.child_id!r} is {state!r} and cannot start again"
         elif record.spec.desired_state in ("stopped", "cancelled"):
             refusal = f"workload {runtime.child_id!r} has desired_state {record.spec.desired_state!r}"
-        request = {"prompt": prompt, "timeout_seconds": timeout, "schedule": schedule}
+        request = {"prompt": prompt, "timeout_seconds": timeout, "schedule": schedule, "hitl": hitl}
         return self._insert_task(instance, message, fingerprint, runtime.child_id, record.kind, request, refusal)
 
     def _admit_plain_task(
-        self, instance: Instance, message: Message, runtime: RuntimeDispatch, prompt: str, fingerprint: str
+        self, instance: Instance, message: Message, runtime: RuntimeDispatch, prompt: str, fingerprint: str, hitl: bool,
     ) -> TaskRow:
         if runtime.kind not in (None, "one-shot-command"):
             raise _invalid(
@@ -296,7 +332,8 @@ class ExecutorService:
             )
         if runtime.schedule is not None:
             raise _invalid("a schedule belongs to a scheduled-collector's record: name it with `child_id`")
-        request = {"prompt": prompt, "timeout_seconds": runtime.timeout_seconds or PLAIN_TASK_TIMEOUT_SECONDS, "schedule": None}
+        request = {"prompt": prompt, "timeout_seconds": runtime.timeout_seconds or PLAIN_TASK_TIMEOUT_SECONDS, "schedule": None,
+                   "hitl": hitl}  # fmt: skip
         return self._insert_task(instance, message, fingerprint, "", "one-shot-command", request, None)
 
     def _insert_task(

@@ -36,16 +36,19 @@ ends the others by their recorded exit status, or as `unknown` (fail closed) whe
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import logging
 import os
+import shlex
+import sys
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from substrate.auth import TOKEN_ENV_VARS
-from substrate import procs
+from substrate import procs, questions
 from substrate.adoption import Readoption, exit_file
 from substrate.errors import SubstrateError
 from substrate.jobs import Job, RunOutcome
@@ -94,6 +97,7 @@ class Runner(Readoption):
         self._closing = False
         self._detaching = False
         self._live_processes: set[procs.ShellProcess] = set()
+        self._asking: asyncio.Task[None] | None = None  # watches the running tasks' question files
 
     # -- task state --------------------------------------------------------------------
 
@@ -107,10 +111,13 @@ class Runner(Readoption):
         error: str | None = None,
         exit_code: int | None = None,
         artifacts: list[dict[str, Any]] | None = None,
+        message: dict[str, Any] | None = None,
     ) -> None:
         """The task's new A2A state and status fields (and its artifacts, when given)."""
         now = timestamp()
         extra: dict[str, Any] = {"task_id": task.task_id}
+        if message is not None:
+            extra["message"] = message
         if summary is not None:
             extra["summary"] = summary
         if error is not None:
@@ -167,12 +174,56 @@ class Runner(Readoption):
         digest = hashlib.sha256(f"{task.instance_id}\0{task.context_id}".encode()).hexdigest()[:32]
         return self._settings.data_dir / "contexts" / digest / "work"
 
+    def _question_dir(self, task: TaskRow) -> Path:
+        return self._task_dir(task) / "questions"
+
     def _environment(self, task: TaskRow) -> dict[str, str]:
         secrets = set(self._settings.secrets)
         env = {k: v for k, v in os.environ.items() if k not in TOKEN_ENV_VARS and v not in secrets}
         env["CONDUCTOR_CHILD_ID"] = task.child_id
         env["CONDUCTOR_TASK_ID"] = task.task_id
+        directory = self._question_dir(task)
+        directory.mkdir(parents=True, exist_ok=True)
+        env[questions.QUESTION_DIR_ENV] = str(directory)
+        env[questions.ASK_ENV] = f"{shlex.quote(sys.executable)} -m substrate.ask"
         return env
+
+    # -- questions (substrate.questions) -----------------------------------------------
+
+    QUESTION_POLL_SECONDS = 0.1
+
+    def _watch_questions(self) -> None:
+        if self._asking is None or self._asking.done():
+            self._asking = asyncio.get_running_loop().create_task(self._questions(), name="questions")
+
+    async def _questions(self) -> None:
+        """Every running task's question file, looked at every QUESTION_POLL_SECONDS: one that asks
+        puts its task `input-required` with the prompt envelope."""
+        while not self._closing:
+            for job in list(self._jobs.values()):
+                try:
+                    self._notice_question(job.task.task_id)
+                except Exception:
+                    log.exception("cannot read the question of task %s", job.task.task_id)
+            await asyncio.sleep(self.QUESTION_POLL_SECONDS)
+
+    def _notice_question(self, task_id: str) -> None:
+        task = self._store.get_task(task_id)
+        if task is None or task.state != "working":
+            return
+        envelope = questions.take_question(self._question_dir(task))
+        if envelope is None:
+            return
+        # Without the extension activated on dispatch, the envelope must not be sent (spec.md,
+        # "Activation"): the task still waits, with the question as plain text.
+        metadata = {questions.HITL_PROMPT_EXTENSION: envelope} if task.request.get("hitl") else None
+        message = {"role": "agent", "parts": [{"kind": "text", "text": envelope["prompt"]}], **({"metadata": metadata} if metadata else {})}
+        self._set(task, "input-required", message=message)
+
+    def answer(self, task: TaskRow, message: dict[str, Any], response: dict[str, Any]) -> None:
+        """The answer is taken: to the process, and the task works on (send_message.rs)."""
+        questions.deliver(self._question_dir(task), response)
+        self._set(task, "working", message=message)
 
     async def _run(
         self,
@@ -267,6 +318,7 @@ class Runner(Readoption):
         job = Job(task)
         self._jobs[task.task_id] = job
         job.supervisor = asyncio.create_task(self._supervise(job), name=f"task-{task.task_id}")
+        self._watch_questions()
         await job.started.wait()
 
     async def cancel(self, task_id: str) -> None:
@@ -294,13 +346,20 @@ class Runner(Readoption):
         """At startup: re-adopt the tasks whose processes still run, end the others (`adoption.py`).
 
         Returns how many were not re-adopted (ended by their exit status, or `unknown`)."""
-        return self.readopt()
+        ended = self.readopt()
+        if self._jobs:
+            self._watch_questions()
+        return ended
 
     async def shutdown(self) -> None:
         """Kill every process group, or leave them running (`keep_processes_on_stop`); record nothing.
 
         The next start re-adopts what still runs and ends the rest (`recover`)."""
         self._closing = True
+        if self._asking is not None:
+            self._asking.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._asking
         self._detach_if_kept()
         jobs = list(self._jobs.values())
         for job in jobs:

@@ -32,8 +32,9 @@ from workflows.contract import WorkloadStatus
 
 RUNTIME_EXTENSION = "https://agentic-sandbox.aiwg.io/extensions/runtime/v1"
 IDEMPOTENCY_EXTENSION = "https://agentic-sandbox.aiwg.io/extensions/idempotency/v1"
+HITL_PROMPT_EXTENSION = "https://agentic-sandbox.aiwg.io/extensions/hitl-prompt/v1"
 EXTENSIONS_HEADER = "A2A-Extensions"
-SUPPORTED_EXTENSIONS = (RUNTIME_EXTENSION, IDEMPOTENCY_EXTENSION)
+SUPPORTED_EXTENSIONS = (RUNTIME_EXTENSION, IDEMPOTENCY_EXTENSION, HITL_PROMPT_EXTENSION)
 ERROR_TYPE_BASE = "https://agentic-sandbox.aiwg.io/errors/"
 
 #: The executor's task states (`store/task_store.rs` `TaskState`), plus `unknown`, which only the
@@ -121,6 +122,15 @@ class RuntimeDispatch(_Strict):
     kind: Literal["persistent-agent", "daemon", "scheduled-collector", "one-shot-command"] | None = None
     timeout_seconds: int | None = Field(default=None, ge=1)
     schedule: str | None = Field(default=None, min_length=1)
+
+
+def hitl_response(body: object) -> object | None:
+    """`message.metadata.hitl_response_for` of a `messages:send` body: an answer, not a dispatch
+    (send_message.rs looks for it before anything else)."""
+    if not isinstance(body, dict) or not isinstance(body.get("message"), dict):
+        return None
+    metadata = body["message"].get("metadata")
+    return metadata.get("hitl_response_for") if isinstance(metadata, dict) else None
 
 
 def requested_extensions(header_values: Iterable[str]) -> set[str]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
 
@@ -99,6 +100,25 @@ def _counts(summary) -> str:
     )
 
 
+def question_lines(mission_id: str, child: ChildLedger) -> list[str]:
+    """A child's open question (what it asks, until when, the answer's schema, how to answer) and
+    the answers given to it, for `mission show`."""
+    lines = []
+    question = child.question
+    if question is not None:
+        until = f", deadline {question.deadline.isoformat()}" if question.deadline is not None else ""
+        who = "" if question.allowed_responders == ("any",) else f", answered by {', '.join(question.allowed_responders)}"
+        lines.append(f"asks ({question.source}, prompt {question.prompt_id}{until}{who}): {question.prompt}")
+        lines.append(f"  answer schema: {json.dumps(question.response_schema, separators=(',', ':'))[:300]}")
+        lines.append(f"  answer: conductor mission approve {mission_id} {child.child_id} [--reject] [--comment TEXT] [--payload JSON]")
+    for answer in child.answers[-5:]:
+        lines.append(
+            f"answered by {answer.operator} at {answer.answered_at.isoformat()} (prompt {answer.prompt_id}): "
+            f"{json.dumps(answer.payload, separators=(',', ':'))[:200]} -> {answer.outcome}"
+        )
+    return lines
+
+
 def render_ledger(
     ledger: MissionLedger, *, waits: Mapping[str, str] | None = None, notes: Sequence[str] = (),
     details: Mapping[str, Sequence[str]] | None = None,
@@ -142,6 +162,7 @@ def render_ledger(
         evidence = evidence_line(child)
         if evidence is not None:
             lines.append(f"         {evidence}")
+        lines.extend(f"         {line}" for line in question_lines(ledger.mission_id, child))
         for line in (details or {}).get(child.child_id, ()):
             lines.append(f"         {line}")
     for refusal in ledger.refused:  # a client's mistake: nothing changed, the mission ran on

@@ -32,7 +32,8 @@ from workflows.inbound import joined, problems
 from workflows.mission.aggregation import is_final
 from workflows.mission.executor_v1 import ExecutorDispatch, is_dispatch
 from workflows.mission.ledger import MissionLedger
-from workflows.mission.messages import MISSION_WORKFLOW, MissionInput, ReviewRequest, mission_workflow_id
+from workflows.mission.messages import ANSWER_CHILD, MISSION_WORKFLOW, MissionInput, ReviewRequest, mission_workflow_id
+from workflows.mission.questions import AnswerRequest, AnswerResult
 from workflows.mission.search import MISSION_AGGREGATION, MISSION_HOST_GROUP, MISSION_ORCHESTRATOR, MISSION_STATE
 from workflows.mission.spec import MissionSpec
 
@@ -78,6 +79,7 @@ _ON_CLOSED = {
     "stop": "nothing to stop",
     "cancel": "it can no longer be cancelled",
     "review": "it takes no review any more",
+    "answer": "its children ask nothing any more",
 }
 
 
@@ -96,6 +98,15 @@ class MissionClosed(MissionRefused):
 
 class ReviewRefused(MissionRefused):
     """The mission takes no review now (already decided, not awaiting review, or closed)."""
+
+
+class AnswerRefused(MissionRefused):
+    """The mission refused an answer (wrong payload, responder not allowed, not delivered): the
+    reasons are in the message; nothing was forwarded (the CLI exits 2)."""
+
+
+class NoOpenQuestion(MissionRefused):
+    """The child asks nothing now (never did, answered already, or ended): exit 1."""
 
 
 class VerdictPending(MissionRefused):
@@ -332,6 +343,32 @@ class MissionControl:
             ):
                 return ledger
         raise refusal from None
+
+    async def answer(self, mission_id: str, request: AnswerRequest) -> AnswerResult:
+        """Answer a child's open question (`answer_child`); `AnswerRefused` with the mission's reasons,
+        `NoOpenQuestion` when it asks nothing (any more). The update id is the same on every
+        attempt, so a repeat after a lost connection gets the first outcome, not a second answer."""
+        handle = self.handle(mission_id)
+        update_id = f"answer-{uuid.uuid4()}"
+
+        async def send() -> AnswerResult:
+            return await handle.execute_update(ANSWER_CHILD, request, id=update_id, result_type=AnswerResult)
+
+        doing = f"answering child {request.child_id} of mission {mission_id}"
+        try:
+            result = await self._reconnect.call(send, doing)
+        except WorkflowUpdateFailedError as error:
+            reason = one_line(getattr(error.cause, "message", None) or str(error.cause))
+            kind = NoOpenQuestion if reason.startswith(f"child {request.child_id} has no open question") else AnswerRefused
+            raise kind(f"mission {mission_id} refused the answer: {reason}") from None
+        except RPCError as error:
+            closed = await self._refusal(mission_id, "answer", error, doing)  # raises MissionNotFound
+            if closed is None:
+                raise
+            raise closed from None
+        if result.outcome == "refused-by-executor":
+            raise AnswerRefused(f"the answer to child {request.child_id}'s question was not delivered: {result.detail}")
+        return result
 
     async def stop(self, mission_id: str) -> None:
         """Ask the mission to stop its long-lived children and close. `MissionClosed` if it has closed

@@ -26,6 +26,7 @@ from worker.tables import human_duration, render_table
 from workflows.mission.ledger import ParentState
 from workflows.mission.messages import MISSION_WORKFLOW, mission_workflow_id
 from workflows.mission.search import (
+    MISSION_AWAITING_ANSWER,
     MISSION_AGGREGATION,
     MISSION_CHILDREN_FAILED,
     MISSION_CHILDREN_OK,
@@ -93,7 +94,7 @@ def started_since(since: datetime) -> str:
 
 def mission_query(
     *, state: str | None = None, host_group: str | None = None, orchestrator: str | None = None,
-    running: bool = False, closed: bool = False, since: datetime | None = None,
+    running: bool = False, closed: bool = False, since: datetime | None = None, awaiting_answer: bool = False,
 ) -> MissionQuery:
     """The visibility query for these filters; InputError for a value no mission can have."""
     if running and closed:
@@ -116,6 +117,8 @@ def mission_query(
     if since is not None:
         # A mission that continued as new is matched by its current run's start.
         clauses.append(started_since(since))
+    if awaiting_answer:  # a child asks a question (workflows.mission.search.MISSION_AWAITING_ANSWER)
+        clauses.append(f"{MISSION_AWAITING_ANSWER.name} > 0 AND ExecutionStatus = 'Running'")
     if running:
         clauses.append("ExecutionStatus = 'Running'")
     elif closed:

@@ -1,9 +1,10 @@
-"""`conductor mission ...`: list, start, run, watch, show, review, stop and cancel missions.
+"""`conductor mission ...`: list, start, run, watch, show, review, approve, stop and cancel missions.
 
 Every mistake ends in one line on stderr (`conductor: ...`), never a traceback; `_run` maps them
 to exit codes in one place: 2 for input the command cannot use (a spec, an id, a setting), 1 for
 an answer from the server that the operation cannot go ahead (`MissionRefused`: no such mission,
-closed already, review refused) or a server out of reach, 130 for Ctrl-C. A mission id argument
+closed already, review refused, no open question) or a server out of reach, 130 for Ctrl-C; an
+answer the mission refuses (`approve`) is 2, with its reasons. A mission id argument
 may be given as Temporal names its workflow (`mission:ID`): the prefix is taken off once.
 """
 
@@ -36,17 +37,21 @@ from worker.child_output import LOG_TAIL_BYTES, STDERR_TAIL_BYTES, ExecutorReade
 from worker.host_groups import create_host_group, require_host_group
 from worker.mission_waits import admission_waits
 from worker.mission_control import (
+    AnswerRefused,
     MissionClosed,
     MissionControl,
     MissionIdUsed,
     MissionRefused,
     MissionSpecError,
+    NoOpenQuestion,
     parse_spec,
 )
 from workflows.admission.model import OperatorName
 from workflows.mission.aggregation import is_final, live_children
 from workflows.mission.ledger import MissionLedger
+from workflows.inbound import describe
 from workflows.mission.messages import ReviewRequest, mission_workflow_id
+from workflows.mission.questions import AnswerRequest, Question
 from workflows.mission.spec import LONG_LIVED_KINDS, MissionSpec, SpecId
 
 
@@ -105,6 +110,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     status = listing.add_mutually_exclusive_group()
     status.add_argument("--running", action="store_true", help="only missions whose workflow runs")
     status.add_argument("--closed", action="store_true", help="only missions whose workflow has closed")
+    listing.add_argument("--awaiting-answer", action="store_true",
+                         help="only running missions with a child waiting on an answer (`conductor mission approve`)")
     listing.add_argument("--since", metavar="T", help="only missions started since T: 30m, 6h, 7d, or 2026-12-01T09:00:00Z")
     listing.add_argument("--limit", type=whole_number(1, MAX_LIMIT), default=50, metavar="N", help="at most N missions (default 50)")
     listing.add_argument("--json", action="store_true", help="print a JSON array for scripts")
@@ -135,6 +142,23 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     review.add_argument("--operator", default=None, help="who decides (default: the current user)")
     review.add_argument("--reason", required=True)
     review.set_defaults(func=lambda args: _run(_review(args)))
+
+    approve = commands.add_parser(
+        "approve", help="answer a child's open question: approve (default) or reject it, or send any payload",
+        description="Answers the question a child waits on: its task's (hitl-prompt/v1) or, for a child with "
+        "approval.required, \"dispatch CHILD?\" before it is dispatched. Approving sends {\"approved\": true}, "
+        "--reject {\"approved\": false} (for a question whose schema has an `approved` boolean); --comment fills its "
+        "`comment`; --payload sends any JSON object. The mission checks the payload against the question's "
+        "response_schema and who may answer, records the answer in the ledger and forwards it once. Exit 0: "
+        "accepted; 2: refused, with the reasons; 1: the child asks nothing now.",
+    )
+    approve.add_argument("mission_id")
+    approve.add_argument("child_id", metavar="CHILD")
+    approve.add_argument("--reject", action="store_true", help='send {"approved": false}')
+    approve.add_argument("--comment", metavar="TEXT", help="a comment, in the payload's `comment`")
+    approve.add_argument("--payload", metavar="JSON", help="the answer as a JSON object (its schema: `conductor mission show`)")
+    approve.add_argument("--operator", default=None, help="who answers (default: the current user)")
+    approve.set_defaults(func=lambda args: _run(_approve(args)))
 
     stop = commands.add_parser(
         "stop", help="once the verdict has settled: stop a mission's long-lived children and close it",
@@ -213,7 +237,9 @@ def _run(coroutine: Coroutine[Any, Any, int]) -> int:
         # Stopping a closed mission leaves it as a stop would (closed, long-lived children ended):
         # idempotent, so it succeeds; a cancel or review of one did not happen, so it fails.
         code, message = (0 if error.operation == "stop" else 1), str(error)
-    except MissionRefused as error:  # no such mission, a review refused: the server says no
+    except AnswerRefused as error:  # the answer is wrong or not allowed: the reasons are the message
+        code, message = 2, str(error)
+    except MissionRefused as error:  # no such mission, a review refused, no open question: the server says no
         code, message = 1, str(error)
     except LiveError as error:  # creating a host group: the admission workflow or the server said no
         code, message = 1, str(error)
@@ -426,7 +452,7 @@ async def _watch(args: argparse.Namespace) -> int:
 async def _list(args: argparse.Namespace) -> int:
     query = mission_query(
         state=args.state, host_group=args.host_group, orchestrator=args.orchestrator,
-        running=args.running, closed=args.closed,
+        running=args.running, closed=args.closed, awaiting_answer=args.awaiting_answer,
         since=since_time(args.since, datetime.now(timezone.utc)) if args.since is not None else None,
     )
     client = await connect(retry_config=CLI_RETRY_CONFIG)
@@ -525,6 +551,50 @@ async def _review(args: argparse.Namespace) -> int:
         mission_id, approve=request.decision == "approve", operator=request.operator, reason=request.reason
     )
     print(render_ledger(ledger))
+    return 0
+
+
+def _answer_payload(args: argparse.Namespace, question: Question) -> dict[str, Any]:
+    """What `approve` sends: --payload as given, else {"approved": ...} where the schema has that
+    boolean; --comment goes into `comment`."""
+    properties = question.response_schema.get("properties")
+    properties = properties if isinstance(properties, dict) else {}
+    if args.payload is not None:
+        if args.reject:
+            raise InputError("--reject and --payload cannot go together: put the rejection in the payload")
+        try:
+            payload = json.loads(args.payload)
+        except json.JSONDecodeError as error:
+            raise InputError(f"--payload is not JSON: {error.msg} at character {error.pos}") from None
+        if not isinstance(payload, dict):
+            raise InputError(f"--payload must be a JSON object, not {label(payload)}")
+    elif (properties.get("approved") or {}).get("type") == "boolean":
+        payload = {"approved": not args.reject}
+    else:
+        raise InputError(
+            f"this question takes no approve/reject (its schema has no `approved` boolean): answer with --payload JSON "
+            f"matching its response_schema {json.dumps(question.response_schema)[:300]}"
+        )
+    if args.comment is not None:
+        payload["comment"] = args.comment
+    return payload
+
+
+async def _approve(args: argparse.Namespace) -> int:
+    mission_id = _mission_id(args)
+    operator = args.operator or _user_name("cannot tell who you are: say who answers with --operator NAME")
+    control = await _control()
+    child = _child_of(await control.show(mission_id), check_argument(SpecId, args.child_id, "child id"))
+    question = child.question
+    if question is None:
+        raise NoOpenQuestion(f"child {child.child_id} of mission {mission_id} has no open question (it is {child.observed_state})")
+    payload = _answer_payload(args, question)
+    try:
+        request = AnswerRequest(child_id=child.child_id, operator=operator, payload=payload, prompt_id=question.prompt_id)
+    except ValidationError as error:
+        raise InputError(f"cannot send this answer: {describe(error)}") from None
+    result = await control.answer(mission_id, request)
+    print(f"{child.child_id}: {result.outcome} ({result.detail}); prompt {result.prompt_id} {question.prompt[:120]!r}")
     return 0
 
 

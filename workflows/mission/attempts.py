@@ -7,7 +7,8 @@ it (if it did) and the attempt's last observation, and records the answer in the
 The rules (docs/mission-spec.md, "Attempts and the retry budget"):
 - a lease timeout (the admission engine requeued the request after its lease expired, or the
   lease lapsed before any renewal reached the admission workflow) and an executor refusal that
-  says it is retryable (`backpressure.retryable`) are retried while the child has budget left:
+  says it is retryable (`backpressure.retryable`), and a question its task asked that nobody
+  answered by its deadline (`conductor.approval_timeout`), are retried while the child has budget left:
   `budgets.max_attempts` counts the attempts that ended this way or for good;
 - an attempt whose lease was taken away, displaced by the lane override
   (`priority-wip-override-v1`) or preempted, is retried without costing the budget: the victim
@@ -65,10 +66,12 @@ def judge(
     counted: int,
     max_attempts: int,
     request_ended: str | None = None,
+    unanswered: bool = False,
 ) -> Judgement:
     """`counted`: attempts before this one that cost the budget; `attempt`: this one's number;
     `request_ended`: how the attempt's admission request ended, if the engine has ended it (out
-    of requeue attempts, ADR-004): then a lease timeout leaves nothing to run again under."""
+    of requeue attempts, ADR-004): then a lease timeout leaves nothing to run again under;
+    `unanswered`: it timed out waiting for an answer to its question."""
     last = attempt >= MAX_ATTEMPT_NUMBER
     if observed_state == "succeeded":  # it did its job before it was stopped: nothing to try again
         return Judgement(False, True, "ended succeeded")
@@ -80,6 +83,8 @@ def judge(
         timeout = stop.reason
     elif observed_state == "failed" and retryable_refusal:
         timeout = "the executor refused it and said a retry may succeed"
+    elif observed_state == "timed-out" and unanswered:
+        timeout = "its question was not answered by the deadline"
     else:
         return Judgement(False, True, f"ended {observed_state}")
     used = counted + 1

@@ -49,6 +49,7 @@ class ChildRun(BaseModel):
     resubmit: bool = False  # waiting: preempted, to be admitted again under `request_id` (not yet sent)
     mark: int = 0  # running: lease interruptions seen when this attempt started
     released: bool = False  # done: its lease was released or its request withdrawn
+    approved: bool = False  # a gated child (`approval.required`): an operator approved its dispatch
     # This run's own, never carried: it started the running attempt and awaits its handle (an
     # earlier run's child ends with its last observation), and the decision it last folded.
     followed: bool = Field(default=False, exclude=True)

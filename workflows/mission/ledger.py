@@ -40,6 +40,7 @@ from workflows.contract import (
     WorkloadKind,
 )
 from workflows.inbound import Refusal
+from workflows.mission.questions import Answer, Question
 
 __all__ = [
     "WRITE_LEDGER_SNAPSHOT_ACTIVITY",
@@ -160,6 +161,12 @@ class ChildLedger(_LedgerModel):
     error_code: str | None = None
     note: str | None = None
     output: str | None = None
+    # The question the child waits on an answer to (blocked, backpressure approval): its task's
+    # hitl-prompt/v1 envelope, or the mission's own gate before dispatch (workflows.mission.questions).
+    question: Question | None = None
+    # Every answer operators gave this child, oldest first (the newest MAX_ANSWERS_KEPT): who,
+    # when, to which prompt, the payload, and whether it was delivered.
+    answers: tuple[Answer, ...] = ()
     # Revisions that arrived after a newer one (or conflicted with the applied one): audit only.
     stale_event_revisions: tuple[int, ...] = ()
     # Derived from the fields above by `workflows.mission.aggregation`.

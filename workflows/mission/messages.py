@@ -19,6 +19,7 @@ from workflows.mission.spec import MissionSpec
 
 MISSION_WORKFLOW = "MissionWorkflow"
 RUNNING_WORKFLOWS = "running_workflows"
+ANSWER_CHILD = "answer_child"
 
 
 class WorkflowIds(BaseModel):

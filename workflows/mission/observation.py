@@ -6,6 +6,8 @@ from datetime import datetime
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from workflows.mission.questions import Question
+
 from workflows.contract import (
     REVIEW_REQUIRED_STATES,
     TERMINAL_OBSERVED_STATES,
@@ -48,6 +50,7 @@ class ChildObservation(BaseModel):
     exit_classification: ExitClassification | None = None
     error_code: str | None = None
     output: str | None = None  # the result artifact's text, when the executor returned one
+    question: Question | None = None  # blocked on approval: the question its task asks (hitl-prompt/v1)
     note: str | None = None  # why the orchestrator (not the substrate) decided this state, e.g. unroutable
 
 

@@ -25,13 +25,16 @@ MISSION_ORCHESTRATOR = SearchAttributeKey.for_keyword("MissionOrchestrator")
 MISSION_CHILDREN_OK = SearchAttributeKey.for_int("MissionChildrenOk")
 MISSION_CHILDREN_FAILED = SearchAttributeKey.for_int("MissionChildrenFailed")
 MISSION_CHILDREN_PENDING = SearchAttributeKey.for_int("MissionChildrenPending")
+# Children waiting on an operator's answer (a question their task asks, or a gate before dispatch):
+# `MissionAwaitingAnswer > 0` finds the missions someone must answer (`conductor mission list --awaiting-answer`).
+MISSION_AWAITING_ANSWER = SearchAttributeKey.for_int("MissionAwaitingAnswer")
 MISSION_ID = SearchAttributeKey.for_keyword("MissionId")
 WORKLOAD_KIND = SearchAttributeKey.for_keyword("WorkloadKind")
 WORKLOAD_STATE = SearchAttributeKey.for_keyword("WorkloadState")
 
 SEARCH_ATTRIBUTES = [
     MISSION_STATE, MISSION_AGGREGATION, MISSION_HOST_GROUP, MISSION_ORCHESTRATOR,
-    MISSION_CHILDREN_OK, MISSION_CHILDREN_FAILED, MISSION_CHILDREN_PENDING,
+    MISSION_CHILDREN_OK, MISSION_CHILDREN_FAILED, MISSION_CHILDREN_PENDING, MISSION_AWAITING_ANSWER,
     MISSION_ID, WORKLOAD_KIND, WORKLOAD_STATE,
 ]
 

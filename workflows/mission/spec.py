@@ -31,6 +31,7 @@ from workflows.ids import (
     workload_workflow_id,
 )
 from workflows.limits import (
+    MAX_DURATION_SECONDS,
     MAX_GOAL_CHARS,
     MAX_ID_CHARS,
     MAX_PROMPT_CHARS,
@@ -132,6 +133,15 @@ class Admission(_Spec):
     mode: Literal["independent", "gang"] = "independent"
 
 
+class Approval(_Spec):
+    """A person's say over a child (docs/mission-spec.md, "approval"): `required` gates its dispatch
+    (admitted, it holds its lease and waits for an answer to "dispatch CHILD?"); `timeout_seconds`
+    bounds every wait for an answer, the gate's and its task's own questions that carry no deadline."""
+
+    required: bool = False
+    timeout_seconds: int | None = Field(default=None, ge=1, le=MAX_DURATION_SECONDS)
+
+
 class ChildSpec(Placement):
     """One child workload: what runs, where it may run, and how it competes for admission
     (`Placement`: what the admission request built from this child takes)."""
@@ -148,6 +158,15 @@ class ChildSpec(Placement):
     policy: WorkloadPolicy | None = None
     budgets: Budgets = Field(default_factory=lambda: Budgets(max_attempts=1, timeout_seconds=600))
     verifier: Text | None = Field(default=None, min_length=1)
+    approval: Approval | None = None
+
+    @property
+    def gated(self) -> bool:
+        return self.approval is not None and self.approval.required
+
+    @property
+    def answer_timeout_seconds(self) -> int | None:
+        return self.approval.timeout_seconds if self.approval is not None else None
 
     @property
     def long_lived(self) -> bool:

@@ -46,6 +46,7 @@ from workflows.mission.ledger import ChildAdmission, MissionLedger, ReviewDecisi
 from workflows.mission.messages import MissionProgress
 from workflows.mission.observation import ChildObservation, ends_workload
 from workflows.mission.planning import Assignment
+from workflows.mission.questions import Answer, gate_question, overdue
 from workflows.mission.spec import ChildSpec, MissionSpec
 
 
@@ -161,6 +162,15 @@ class Reviewed:
 
 
 @dataclass(frozen=True)
+class Answered:
+    """An operator's answer to a child's question, as `answer_child` took it (its outcome says
+    what came of it: a vote towards consensus, delivered to the executor, a gate decided)."""
+
+    child_id: str
+    answer: Answer
+
+
+@dataclass(frozen=True)
 class StopAsked:
     """An operator asked the mission to stop supervising and close."""
 
@@ -194,7 +204,7 @@ class Gone:
     at: datetime
 
 
-Heard = Observed | Reviewed | StopAsked | CancelAsked | SignalRefused | Ended | Gone
+Heard = Observed | Reviewed | Answered | StopAsked | CancelAsked | SignalRefused | Ended | Gone
 
 
 @dataclass(frozen=True)
@@ -237,6 +247,8 @@ def hear(state: MissionState, event: Heard) -> None:
         observed(state, event.observation)
     elif isinstance(event, Reviewed):
         state.ledger = aggregation.apply_review(state.ledger, state.spec, event.decision)
+    elif isinstance(event, Answered):
+        answered(state, event.child_id, event.answer)
     elif isinstance(event, StopAsked):
         state.stop_requested = True
     elif isinstance(event, CancelAsked):
@@ -313,6 +325,49 @@ def admission_requests(state: MissionState, child_ids: list[str], *, gang: str, 
         )
         for child in (state.child_spec(child_id) for child_id in child_ids)
     ]
+
+
+# --- questions -------------------------------------------------------------------------------
+
+
+def answered(state: MissionState, child_id: str, answer: Answer) -> None:
+    """Record the answer; a gate's decides the child: approved, it is dispatched by the next pass;
+    rejected, it is done (its lease goes back with that pass)."""
+    if answer.outcome in ("approved-dispatch", "rejected-dispatch"):
+        approved = answer.outcome == "approved-dispatch"
+        state.ledger = aggregation.decide_gate(state.ledger, child_id, answer, approved=approved)
+        run = state.children[child_id]
+        if approved:
+            run.approved = True
+        else:
+            run.phase = "done"
+        return
+    state.ledger = aggregation.record_answer(state.ledger, child_id, answer, closes=answer.outcome == "delivered")
+
+
+def gates(state: MissionState, admission: AdmissionView, now: datetime) -> None:
+    """Gated children (`approval.required`) that hold a current lease are asked "dispatch CHILD?"
+    before anything is sent; one whose question passed its deadline ends `timed-out`."""
+    if state.stop_requested:
+        return
+    for run in state.children.in_phase("waiting"):
+        if not state.child_spec(run.child_id).gated or run.approved or run.resubmit:
+            continue
+        child = state.ledger.child(run.child_id)
+        question = child.question
+        if question is None:
+            if not child.cancel_requested and admission.is_current(run.request_id):
+                timeout = state.child_spec(run.child_id).answer_timeout_seconds
+                question = gate_question(state.spec.mission_id, run.child_id, child.attempt, now, timeout)
+                state.ledger = aggregation.ask_before_dispatch(state.ledger, run.child_id, question)
+        elif overdue(question, now):
+            state.ledger = aggregation.decide_gate(state.ledger, run.child_id, None, approved=False, at_deadline=True)
+            run.phase = "done"
+
+
+def awaiting_answers(state: MissionState) -> list[str]:
+    """Children with an open question (the `MissionAwaitingAnswer` search attribute counts them)."""
+    return [child.child_id for child in state.ledger.children if child.question is not None]
 
 
 # --- folding what arrived ----------------------------------------------------------------------
@@ -417,6 +472,7 @@ def supervise(state: MissionState, admission: AdmissionView, now: datetime) -> l
     withdraw = state.children.ids("withdrawing")  # given up before they ran again: their requests go
     if lost or withdraw:
         actions.append(cancel_children(state, lost + withdraw, why="admission lease lost"))
+    gates(state, admission, now)
     resubmit = [run.child_id for run in state.children if run.resubmit]
     if resubmit and not state.stop_requested and not gang_still_stopping(state):
         actions.append(submit_again(state, sorted(resubmit), now))
@@ -537,6 +593,7 @@ def startable(state: MissionState, admission: AdmissionView) -> list[str]:
     ready = [
         run.child_id for run in state.children.in_phase("waiting")
         if not run.resubmit
+        and (run.approved or not state.child_spec(run.child_id).gated)
         and not state.ledger.child(run.child_id).cancel_requested
         and admission.is_current(run.request_id)
     ]
@@ -623,15 +680,20 @@ def supervision_over(state: MissionState, admission: AdmissionView) -> bool:
     return state.stop_requested or finished(state, admission)
 
 
-def next_lease_expiry(state: MissionState, admission: AdmissionView, now: datetime) -> datetime | None:
+def next_wakeup(state: MissionState, admission: AdmissionView, now: datetime) -> datetime | None:
     """When to wake: at the earliest expiry of a running child's lease, to stop it if renewal
-    failed (no sooner than a second from now)."""
-    expiries = [
+    failed, or a gate's deadline (no sooner than a second from now)."""
+    moments = [
         decision.lease_expires_at
         for run in state.children.in_phase("running")
         if (decision := admission.decisions.get(run.request_id)) is not None and decision.lease_expires_at is not None
     ]
-    return max(now + timedelta(seconds=1), min(expiries)) if expiries else None
+    moments += [
+        question.deadline
+        for run in state.children.in_phase("waiting")
+        if (question := state.ledger.child(run.child_id).question) is not None and question.deadline is not None
+    ]
+    return max(now + timedelta(seconds=1), min(moments)) if moments else None
 
 
 def progress_text(state: MissionState, admission: AdmissionView) -> str:
@@ -641,7 +703,20 @@ def progress_text(state: MissionState, admission: AdmissionView) -> str:
     return (
         f"{ledger.parent_state}: {summary.reason} "
         f"({len(summary.successful)} ok, {len(summary.failed)} failed, {len(summary.pending)} pending, "
-        f"{len(state.children.ids('running'))} running){queued_text(state, admission)}"
+        f"{len(state.children.ids('running'))} running){queued_text(state, admission)}{questions_text(state)}"
+    )
+
+
+def questions_text(state: MissionState, at_most: int = 3) -> str:
+    """The open questions, for the UI's current details (answered with `conductor mission approve`)."""
+    waiting = [child for child in state.ledger.children if child.question is not None]
+    if not waiting:
+        return ""
+    shown = "; ".join(f"{child.child_id} asks {child.question.prompt[:120]!r}" for child in waiting[:at_most])  # type: ignore[union-attr]
+    more = f"; and {len(waiting) - at_most} more" if len(waiting) > at_most else ""
+    return (
+        f"; awaiting an answer: {shown}{more} (answer: conductor mission approve {state.spec.mission_id} CHILD"
+        " [--reject] [--payload JSON])"
     )
 
 

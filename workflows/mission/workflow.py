@@ -35,7 +35,7 @@ from typing import Any
 from pydantic import TypeAdapter
 from temporalio import workflow
 from temporalio.common import RetryPolicy
-from temporalio.exceptions import is_cancelled_exception
+from temporalio.exceptions import ActivityError, is_cancelled_exception
 from temporalio.workflow import ChildWorkflowCancellationType, ParentClosePolicy
 
 from workflows.cancellation import raise_if_cancel_requested
@@ -51,18 +51,23 @@ with workflow.unsafe.imports_passed_through():
     from workflows.mission.dispatch import child_start
     from workflows.mission.ledger import MissionLedger, ReviewDecision
     from workflows.mission.messages import (
-        MISSION_WORKFLOW, RUNNING_WORKFLOWS, MissionCarry, ReviewRequest, WorkflowIds, read_mission_input,
+        ANSWER_CHILD, MISSION_WORKFLOW, RUNNING_WORKFLOWS, MissionCarry, ReviewRequest, WorkflowIds, read_mission_input,
     )
     from workflows.mission.observation import ALIVE_SIGNAL, OBSERVATION_SIGNAL, ChildObservation
     from workflows.mission.planning import plan_targets
-    from workflows.mission.search import mission_attributes
+    from workflows.mission.questions import (
+        Answer, AnswerRequest, AnswerResult, agreeing, answer_refusal, answer_message_id, approves, consensus_needed,
+    )
+    from workflows.mission.search import MISSION_AWAITING_ANSWER, mission_attributes
     from workflows.mission.spec import MissionSpec
     from workflows.mission.supervisor import (
-        Action, Cancel, CancelAsked, Closed, Closing, Ended, Event, Fold, Gone, Heard, MissionState, Note, Observed, Pass,
+        Action, Answered, Cancel, CancelAsked, Closed, Closing, Ended, Event, Fold, Gone, Heard, MissionState, Note, Observed, Pass,
         Planned, Release, Reviewed, SignalRefused, Start, StopAsked, Submit,
     )
     from workflows.workload.client import cancel_workload, how_it_ended
-    from workflows.workload.messages import LIST_TARGETS, WORKLOAD_WORKFLOW, TargetList, WorkloadResult
+    from workflows.workload.messages import (
+        ANSWER_QUESTION, LIST_TARGETS, WORKLOAD_WORKFLOW, AnswerDelivered, QuestionAnswer, TargetList, WorkloadResult,
+    )
 
 
 # How long a stopped child an earlier run started may stay silent before the mission asks the
@@ -70,6 +75,10 @@ with workflow.unsafe.imports_passed_through():
 SILENCE_BEFORE_ASKING = timedelta(seconds=10)
 # Where a client that sent a bad argument finds the right shape (docs/mission-control-api.md).
 REVIEW_HINT = "see `conductor mission schema review-request` and docs/mission-control-api.md"
+ANSWER_HINT = "see `conductor mission schema answer-request` and docs/mission-control-api.md"
+# How long an answer's delivery to the executor is tried (it is retried meanwhile): past it, the
+# update says it was not delivered and the question stays open for another answer.
+ANSWER_DELIVERY = timedelta(seconds=60)
 _CHILD_ID = TypeAdapter(str)
 
 
@@ -95,9 +104,11 @@ class MissionWorkflow:
             on_refused=self._refuse,
         )
         self._wake = 0
-        self._lease_timer = KeptTimer("next lease expiry")  # wakes a pass at the next lease expiry
+        self._lease_timer = KeptTimer("next lease expiry or deadline")  # wakes a pass then
         self._snapshots = LedgerWriter(lambda: self._state.ledger, self._snapshot_summary)
         self._shown_state: str | None = None
+        self._shown_awaiting: int | None = None
+        self._delivering: set[str] = set()  # prompt ids whose answer is on its way to the executor
         if input.carried is not None:  # the previous run continued as new
             supervisor.take_over(self._state, input.carried.progress)
             self._snapshots.written_seq = input.carried.written_seq
@@ -157,6 +168,63 @@ class MissionWorkflow:
     def _review_allowed(self, *args: Any) -> None:
         argument(args, ReviewRequest, "the review update's argument", hint=REVIEW_HINT)
         refusal = aggregation.review_refusal(self._state.ledger, self._spec)
+        if refusal is not None:
+            raise ValueError(refusal)
+
+    @workflow.update(name=ANSWER_CHILD, description=(
+        "Operators: answer a child's open question (its task's hitl-prompt/v1 prompt, or \"dispatch CHILD?\" of "
+        "a gated child): {child_id, operator, payload, prompt_id?} (`conductor mission approve`). The payload "
+        "must match the question's response_schema; the answer is recorded in the ledger and forwarded once."
+    ))
+    async def answer_child(self, *args: Any) -> AnswerResult:
+        request = argument(args, AnswerRequest, "the answer_child update's argument")
+        child = self._state.ledger.child(request.child_id)
+        question = child.question
+        assert question is not None  # the validator ran in this same workflow task
+        def answer(outcome: str, detail: str) -> AnswerResult:
+            self._hear(Answered(request.child_id, Answer(
+                prompt_id=question.prompt_id, operator=request.operator, answered_at=workflow.now(),
+                payload=request.payload, outcome=outcome, detail=detail,  # type: ignore[arg-type]
+            )))
+            workflow.logger.info("answer to %s of %s by %s: %s (%s)", question.prompt_id, request.child_id, request.operator, outcome, detail)
+            return AnswerResult(child_id=request.child_id, prompt_id=question.prompt_id, outcome=outcome, detail=detail)  # type: ignore[arg-type]
+
+        needed, agreed = consensus_needed(question), agreeing(child.answers, question, request.payload)
+        if agreed < needed:
+            return answer("vote", f"{agreed} of {needed} operators agree; forwarded once {needed} agree")
+        if question.source == "gate":
+            approved = approves(request.payload)
+            return answer("approved-dispatch" if approved else "rejected-dispatch",
+                          "dispatch approved" if approved else "dispatch rejected: the child is cancelled")  # fmt: skip
+        assert question.task_id is not None  # an executor's question names its task
+        self._delivering.add(question.prompt_id)
+        try:
+            delivery: AnswerDelivered = await workflow.execute_activity(
+                ANSWER_QUESTION,
+                QuestionAnswer(
+                    instance_id=self._state.children[request.child_id].assignment.target_id, task_id=question.task_id,
+                    message_id=answer_message_id(self._spec.mission_id, request.child_id, question.prompt_id),
+                    prompt_id=question.prompt_id, payload=request.payload,
+                ),
+                result_type=AnswerDelivered, start_to_close_timeout=timedelta(seconds=30),
+                schedule_to_close_timeout=ANSWER_DELIVERY, summary=f"answer {request.child_id}'s question",
+            )
+        except ActivityError as error:
+            delivery = AnswerDelivered(delivered=False, detail=f"not delivered: {error.cause or error}")
+        finally:
+            self._delivering.discard(question.prompt_id)
+        return answer("delivered" if delivery.delivered else "refused-by-executor", delivery.detail)
+
+    @answer_child.validator
+    def _answer_allowed(self, *args: Any) -> None:
+        request = argument(args, AnswerRequest, "the answer_child update's argument", hint=ANSWER_HINT)
+        if request.child_id not in self._state.children:
+            known = ", ".join(child.child_id for child in self._spec.children[:10])
+            raise ValueError(f"mission {self._spec.mission_id} has no routed child {request.child_id!r} (children: {known})")
+        child = self._state.ledger.child(request.child_id)
+        if child.question is not None and child.question.prompt_id in self._delivering:
+            raise ValueError(f"an answer to child {request.child_id}'s question is being delivered; read the ledger for how it went")
+        refusal = answer_refusal(child.question, child.answers, request)
         if refusal is not None:
             raise ValueError(refusal)
 
@@ -235,7 +303,7 @@ class MissionWorkflow:
             # a child ending during a start) must wake the next pass at once: compare with what
             # the pass started from, not with what it ended with.
             raise_if_cancel_requested()  # one that a completed operation swallowed
-            expiry = self._lease_timer.at(supervisor.next_lease_expiry(self._state, self._admission, workflow.now()))
+            expiry = self._lease_timer.at(supervisor.next_wakeup(self._state, self._admission, workflow.now()))
             await workflow.wait_condition(
                 lambda: (self._wake, self._admission.version) != at_start or (expiry is not None and expiry.done())
             )
@@ -376,9 +444,14 @@ class MissionWorkflow:
         (so a closed mission's children counts are exact)."""
         self._details(supervisor.progress_text(self._state, self._admission))
         parent_state = self._state.ledger.parent_state
-        if (parent_state != self._shown_state or closing) and self._input.search_attributes:
-            workflow.upsert_search_attributes(mission_attributes(self._spec, self._state.ledger))
-        self._shown_state = parent_state
+        awaiting = len(supervisor.awaiting_answers(self._state))
+        if self._input.search_attributes:
+            if parent_state != self._shown_state or closing:
+                workflow.upsert_search_attributes([*mission_attributes(self._spec, self._state.ledger),
+                                                   MISSION_AWAITING_ANSWER.value_set(awaiting)])  # fmt: skip
+            elif awaiting != self._shown_awaiting:
+                workflow.upsert_search_attributes([MISSION_AWAITING_ANSWER.value_set(awaiting)])
+        self._shown_state, self._shown_awaiting = parent_state, awaiting
 
     def _details(self, text: str) -> None:
         workflow.set_current_details(f"mission {self._spec.mission_id} ({self._spec.goal}): {text}")

@@ -7,7 +7,8 @@ Nothing here carries a bearer token or a URL: those are the worker's configurati
 
 from __future__ import annotations
 
-from typing import Literal
+from datetime import datetime
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -20,6 +21,7 @@ from workflows.contract import (
     WorkloadStatus,
 )
 from workflows.mission.observation import ChildObservation
+from workflows.mission.questions import Question
 from workflows.mission.spec import ChildSpec
 
 # Activity names: stable, they are what histories and other workflows refer to.
@@ -34,6 +36,8 @@ DISPATCH_TASK = "dispatch_task"
 READ_OUTPUT = "read_output"
 CANCEL_TASK = "cancel_task"
 RUN_VERIFIER = "run_verifier"
+READ_QUESTION = "read_question"
+ANSWER_QUESTION = "answer_question"
 
 WORKLOAD_WORKFLOW = "WorkloadWorkflow"
 
@@ -146,6 +150,32 @@ class TaskRef(_Message):
     max_output_chars: int = Field(default=DEFAULT_OUTPUT_CHARS, ge=0)
 
 
+class AskedQuestion(_Message):
+    """A task's state and, while it waits on a person, its hitl-prompt/v1 envelope as sent (read
+    by `workflows.mission.questions.read_prompt`, which says what is wrong with a malformed one)."""
+
+    state: str
+    envelope: Any = None
+
+
+class QuestionAnswer(_Message):
+    """An operator's answer on its way to the task that asked (`answer_question`)."""
+
+    instance_id: str
+    task_id: str
+    message_id: str
+    prompt_id: str
+    payload: dict[str, Any]
+
+
+class AnswerDelivered(_Message):
+    """`delivered`: the executor took the answer, or said the prompt was already answered (409)."""
+
+    delivered: bool
+    task_state: str | None = None
+    detail: str
+
+
 class TaskView(_Message):
     """An A2A task as the workflow needs it: state, why, and the result artifact's text."""
 
@@ -240,6 +270,8 @@ class WorkloadCarry(_Message):
     reported_revision: int
     output: str | None = None
     output_sha256: str | None = None
+    question: Question | None = None  # the open question its task asks, as first read
+    waiting_since: datetime | None = None  # blocked on approval since (a deadline without an envelope's own)
 
 
 class WorkloadInput(_Message):

@@ -24,6 +24,7 @@ from workflows.contract import (
 )
 from workflows.ids import context_id, dispatch_id, fleet_child_id, idempotency_key, verifier_message_id  # defined once there (re-exported)
 from workflows.mission.observation import ChildObservation
+from workflows.mission.questions import Question
 from workflows.workload.messages import RunVerifier, TaskDispatch, Verdict, VerifierRun, WorkloadInput
 
 
@@ -251,6 +252,7 @@ def observation_of(
     output: str | None = None,
     note: str | None = None,
     attempt: int = 1,
+    question: Question | None = None,
 ) -> ChildObservation:
     status = record.status
     return ChildObservation(
@@ -268,4 +270,11 @@ def observation_of(
         error_code=status.error_code,
         output=output,
         note=note,
+        question=question if waits_for_answer(record) else None,
     )
+
+
+def waits_for_answer(record: WorkloadRecord) -> bool:
+    """Its task asks a person (fleet.rs projects `input-required` as blocked on approval)."""
+    backpressure = record.status.backpressure
+    return record.status.observed_state == "blocked" and backpressure is not None and backpressure.reason == "approval"

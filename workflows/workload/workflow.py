@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
 from temporalio import workflow
@@ -52,18 +52,21 @@ with workflow.unsafe.imports_passed_through():
     from workflows.mission.search import WORKLOAD_STATE
     from workflows.workload.client import verdict_failure
     from workflows.mission.observation import ALIVE_SIGNAL, OBSERVATION_SIGNAL, ChildObservation
+    from workflows.mission.questions import APPROVAL_TIMEOUT_CODE, Question, read_prompt
     from workflows.workload.messages import (
         ADMIT_AND_DISPATCH,
         CANCEL_TASK,
         GET_WORKLOAD,
         OBSERVE_WORKLOAD,
         READ_OUTPUT,
+        READ_QUESTION,
         RUN_VERIFIER,
         VERIFIER_GRACE_SECONDS,
         WATCH_WORKLOAD,
         WORKLOAD_WORKFLOW,
         AdmitAndDispatch,
         AdmittedAndDispatched,
+        AskedQuestion,
         DispatchAndRead,
         DispatchTask,
         Observed,
@@ -93,6 +96,7 @@ with workflow.unsafe.imports_passed_through():
         verified_status,
         verifier_due,
         verifier_note,
+        waits_for_answer,
     )
 
 T = TypeVar("T")
@@ -154,6 +158,9 @@ class WorkloadWorkflow:
         self._reported = carried.reported_revision if carried else -1
         self._output: str | None = carried.output if carried else None
         self._output_sha256: str | None = carried.output_sha256 if carried else None
+        # A person's answer awaited: the question read from the task, and since when it waits.
+        self._question: Question | None = carried.question if carried else None
+        self._waiting_since: datetime | None = carried.waiting_since if carried else None
         self._note: str | None = None
         self._last: ChildObservation | None = None
         self._mission_gone: str | None = None  # why the mission can no longer be signalled
@@ -346,6 +353,7 @@ class WorkloadWorkflow:
                 record = await self._verify(record)
             if by_signal and record.status.revision <= self._reported:
                 await self._signal_parent(ALIVE_SIGNAL, self._child_id)  # a quiet watch: show we are here
+            await self._read_question(record)
             await self._report(record, in_result=finished(record) and not by_signal)
             if self._mission_gone is not None:
                 await _shielded(self._stop())
@@ -360,20 +368,87 @@ class WorkloadWorkflow:
             if self._history_is_long():
                 await workflow.wait_condition(workflow.all_handlers_finished)
                 workflow.continue_as_new(self._carry(record))
-            record = await self._watch(record.status.revision)
+            deadline = self._answer_deadline()
+            if deadline is not None and workflow.now() >= deadline:
+                record = await self._time_out(record, deadline)
+                continue
+            record = await self._watch(record.status.revision, until=deadline)
 
-    async def _watch(self, after_revision: int) -> WorkloadRecord:
+    # --- questions (hitl-prompt/v1) -------------------------------------------------------
+
+    async def _read_question(self, record: WorkloadRecord) -> None:
+        """Blocked on approval: read the question from the task (the record does not carry it),
+        once per revision. Anything else: no question is open."""
+        if not waits_for_answer(record):
+            self._question, self._waiting_since = None, None
+            return
+        if self._waiting_since is None:
+            self._waiting_since = workflow.now()
+        task_id = record.lineage.task_id or self._task_id
+        if record.status.revision <= self._reported or task_id is None:
+            return
+        ref = TaskRef(instance_id=self._input.target_id, task_id=task_id, max_output_chars=0)
+        asked = await self._call(READ_QUESTION, ref, AskedQuestion)
+        if asked.state != "input-required":
+            return  # answered meanwhile: the next revision says how it goes on
+        read = read_prompt(asked.envelope, asked_at=self._waiting_since, task_id=task_id,
+                           timeout_seconds=self._input.child.answer_timeout_seconds)  # fmt: skip
+        if isinstance(read, str):
+            self._question, self._note = None, read
+        elif self._question is None or self._question.prompt_id != read.prompt_id:
+            self._question = read
+
+    def _answer_deadline(self) -> datetime | None:
+        """When waiting for an answer ends the child: the question's deadline, else the child's
+        `approval.timeout_seconds` from when the wait began; None: it may wait for ever."""
+        if self._waiting_since is None:
+            return None
+        if self._question is not None and self._question.deadline is not None:
+            return self._question.deadline
+        timeout = self._input.child.answer_timeout_seconds
+        return self._waiting_since + timedelta(seconds=timeout) if timeout is not None else None
+
+    async def _time_out(self, record: WorkloadRecord, deadline: datetime) -> WorkloadRecord:
+        """Nobody answered by the deadline: the record ends `timed-out` (written first, so that the
+        cancelled task is not projected over it), then the task is cancelled."""
+        asked = f"question {self._question.prompt_id} ({self._question.prompt[:80]!r})" if self._question else "its question"
+
+        def change(current: WorkloadRecord) -> Change:
+            if finished(current) or not waits_for_answer(current):
+                return None  # answered, or ended, meanwhile
+            status = next_status(current, workflow.now(), observed_state="timed-out", exit_classification="timeout",
+                                 error_code=APPROVAL_TIMEOUT_CODE)  # fmt: skip
+            return status.model_copy(update={"backpressure": None}), None
+
+        record = await self._compare_and_swap(record, change)
+        if not finished(record):
+            return record
+        workflow.logger.warning("workload %s: %s unanswered at %s", self._child_id, asked, deadline.isoformat())
+        self._note = f"{asked} was not answered by its deadline {deadline.isoformat()}: the task was cancelled"
+        self._question, self._waiting_since = None, None
+        task_id = record.lineage.task_id or self._task_id
+        if task_id is not None:
+            try:
+                await self._call(CANCEL_TASK, TaskRef(instance_id=self._input.target_id, task_id=task_id, max_output_chars=0), TaskView)
+            except CALL_FAILED as error:
+                workflow.logger.warning("cancelling %s's task after its deadline failed: %s", self._child_id, _cause(error))
+        return record
+
+    async def _watch(self, after_revision: int, until: datetime | None = None) -> WorkloadRecord:
         input = self._input
+        wait = input.watch_max_seconds
+        if until is not None:  # back in time to end a wait for an answer at its deadline
+            wait = min(wait, max(1.0, (until - workflow.now()).total_seconds()))
         return await workflow.execute_activity(
             WATCH_WORKLOAD,
             WatchWorkload(
                 child_id=self._fleet_id,
                 after_revision=after_revision,
                 poll_interval_seconds=input.poll_interval_seconds,
-                max_wait_seconds=input.watch_max_seconds,
+                max_wait_seconds=wait,
             ),
             result_type=WorkloadRecord,
-            start_to_close_timeout=timedelta(seconds=input.watch_max_seconds) + CALL_TIMEOUT,
+            start_to_close_timeout=timedelta(seconds=wait) + CALL_TIMEOUT,
             heartbeat_timeout=timedelta(seconds=max(10.0, 5 * input.poll_interval_seconds)),
             retry_policy=CALL_RETRY,
             summary=f"watch {self._child_id} after revision {after_revision}",
@@ -412,6 +487,8 @@ class WorkloadWorkflow:
             reported_revision=self._reported,
             output=self._output,
             output_sha256=self._output_sha256,
+            question=self._question,
+            waiting_since=self._waiting_since,
         )
         return self._input.model_copy(update={"carried": carry})
 
@@ -428,7 +505,9 @@ class WorkloadWorkflow:
             view = await self._call(READ_OUTPUT, ref, TaskOutput)
             self._output, self._output_sha256 = view.output, sha256
         note, self._note = self._note, None
-        await self._send(observation_of(record, self._child_id, output=self._output, note=note, attempt=self._input.attempt), signal=not in_result)
+        observation = observation_of(record, self._child_id, output=self._output, note=note, attempt=self._input.attempt,
+                                     question=self._question)  # fmt: skip
+        await self._send(observation, signal=not in_result)
 
     async def _send(self, observation: ChildObservation, *, signal: bool = True) -> None:
         self._last = observation
@@ -438,6 +517,7 @@ class WorkloadWorkflow:
         workflow.set_current_details(
             f"{observation.kind} {observation.child_id} on {self._input.target_id}: "
             f"{observation.observed_state} (revision {observation.revision})"
+            + (f"; asks {observation.question.prompt[:200]!r}" if observation.question is not None else "")
         )
         if signal:
             await self._signal_parent(OBSERVATION_SIGNAL, observation)

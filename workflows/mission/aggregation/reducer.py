@@ -36,6 +36,7 @@ from workflows.mission.ledger import (
     ReviewDecision,
 )
 from workflows.mission.observation import ChildObservation
+from workflows.mission.questions import APPROVAL_TIMEOUT_CODE, GATE_REJECTED_CODE, Answer, Question, kept
 from workflows.mission.spec import MissionSpec
 from workflows.workload.record import fleet_child_id
 
@@ -44,8 +45,10 @@ LEASE_EXPIRED = "admission.lease_expired"
 # Fields of an observation that make up its content (observed_at is when it was seen, not what).
 _OBSERVED_FIELDS = (
     "lineage", "observed_state", "health", "backpressure", "exit_classification", "error_code", "note", "output",
+    "question",
 )  # fmt: skip
 _WAITING_FOR_CAPACITY = Backpressure(reason="capacity", retryable=True)
+_AWAITING_APPROVAL = Backpressure(reason="approval", retryable=False)
 _DENIED_BY_POLICY = Backpressure(reason="policy", retryable=False)
 
 
@@ -231,7 +234,8 @@ def _admitted(admission: ChildAdmission, backpressure: Backpressure | AdmissionB
         if admission.request_id == held.request_id and admission.revision < held.revision:
             return child
         update: dict[str, Any] = {"admission": admission}
-        if not dispatched(child) and not attempt_started(child):
+        gated = child.question is not None and child.question.source == "gate" and admission.state == "admitted"
+        if not dispatched(child) and not attempt_started(child) and not gated:
             # A started attempt that has not reported yet is judged by its end, not by its
             # lease: one preempted before its first observation still runs until it is stopped.
             update |= _admission_shown(admission, backpressure)
@@ -280,6 +284,7 @@ def judge_attempt(
         counted=sum(1 for a in child.attempts if a.attempt < child.attempt and a.counts_against_budget),
         max_attempts=max_attempts,
         request_ended=request_ended,
+        unanswered=child.error_code == APPROVAL_TIMEOUT_CODE and bool(child.attempts),
     )
 
 
@@ -408,6 +413,62 @@ def _admission_shown(admission: ChildAdmission, backpressure: Backpressure | Adm
         # of an earlier mission under the same id): it never runs now.
         return {"observed_state": "cancelled", "backpressure": None}
     return {}
+
+
+# --- questions (workflows.mission.questions) -----------------------------------------------------
+
+
+def ask_before_dispatch(ledger: MissionLedger, child_id: str, question: Question) -> MissionLedger:
+    """A gate's question: the child is admitted, holds its lease and is not dispatched until it is answered."""
+
+    def asked(child: ChildLedger) -> ChildLedger:
+        return refresh(child.model_copy(update={
+            "question": question, "observed_state": "blocked", "backpressure": _AWAITING_APPROVAL,
+            "note": f"admitted; waiting for an answer to {question.prompt!r} before anything is dispatched",
+        }))
+
+    return _commit_each(ledger, [(child_id, asked)])
+
+
+def record_answer(ledger: MissionLedger, child_id: str, answer: Answer, *, closes: bool) -> MissionLedger:
+    """Keep an operator's answer; `closes`: the question is answered (delivered, or a gate decided)."""
+
+    def answered(child: ChildLedger) -> ChildLedger:
+        update: dict[str, Any] = {"answers": kept(child.answers, answer)}
+        if closes and child.question is not None and child.question.prompt_id == answer.prompt_id:
+            update["question"] = None
+        return refresh(child.model_copy(update=update))
+
+    return _commit_each(ledger, [(child_id, answered)])
+
+
+def decide_gate(ledger: MissionLedger, child_id: str, answer: Answer | None, *, approved: bool, at_deadline: bool = False) -> MissionLedger:
+    """A gate answered (its `answer` recorded) or past its deadline: approved, the child shows
+    `admitted` again and is dispatched next; rejected, it ends `cancelled` with policy
+    backpressure (never retried); unanswered in time, `timed-out`."""
+
+    def decided(child: ChildLedger) -> ChildLedger:
+        update: dict[str, Any] = {"question": None}
+        if answer is not None:
+            update["answers"] = kept(child.answers, answer)
+        who = f" by {answer.operator}" if answer is not None else ""
+        if approved:
+            update |= {"observed_state": "admitted", "backpressure": None, "note": f"dispatch approved{who}"}
+        elif at_deadline:
+            update |= {
+                "observed_state": "timed-out", "exit_classification": "timeout", "error_code": APPROVAL_TIMEOUT_CODE,
+                "backpressure": None, "note": "not dispatched: nobody approved it before the question's deadline",
+            }
+        else:
+            comment = answer.payload.get("comment") if answer is not None else None
+            update |= {
+                "observed_state": "cancelled", "exit_classification": "cancelled", "error_code": GATE_REJECTED_CODE,
+                "backpressure": _DENIED_BY_POLICY,
+                "note": f"dispatch rejected{who}" + (f": {comment}" if isinstance(comment, str) and comment else ""),
+            }
+        return refresh(child.model_copy(update=update))
+
+    return _commit_each(ledger, [(child_id, decided)])
 
 
 def review_refusal(ledger: MissionLedger, spec: MissionSpec) -> str | None:
