@@ -118,7 +118,7 @@ def mission_query(
         # A mission that continued as new is matched by its current run's start.
         clauses.append(started_since(since))
     if awaiting_answer:  # a child asks a question (workflows.mission.search.MISSION_AWAITING_ANSWER)
-        clauses.append(f"{MISSION_AWAITING_ANSWER.name} > 0 AND ExecutionStatus = 'Running'")
+        clauses.append(f"{MISSION_AWAITING_ANSWER.name} = true AND ExecutionStatus = 'Running'")
     if running:
         clauses.append("ExecutionStatus = 'Running'")
     elif closed:

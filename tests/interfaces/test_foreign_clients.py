@@ -31,6 +31,7 @@ from worker.binaries import temporal_cli
 from worker.mission_control import parse_spec
 from workflows.failures import INVALID_INPUT
 from workflows.mission.ledger import MissionLedger
+from worker.search_attributes import type_name
 from workflows.mission.search import SEARCH_ATTRIBUTES
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -314,7 +315,7 @@ async def test_a_worker_on_a_namespace_without_the_search_attributes_exits_in_on
     code, _, err = await temporal("operator", "namespace", "create", "--namespace", namespace)
     assert code == 0, err
     present = [f"--name={key.name}" for key in SEARCH_ATTRIBUTES[:-1]]
-    types = [f"--type={'Int' if 'Children' in key.name else 'Keyword'}" for key in SEARCH_ATTRIBUTES[:-1]]
+    types = [f"--type={type_name(key)}" for key in SEARCH_ATTRIBUTES[:-1]]
     create = ["operator", "search-attribute", "create", "--namespace", namespace]
     for name, kind in zip(present, types):
         create += [name, kind]

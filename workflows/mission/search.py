@@ -25,9 +25,10 @@ MISSION_ORCHESTRATOR = SearchAttributeKey.for_keyword("MissionOrchestrator")
 MISSION_CHILDREN_OK = SearchAttributeKey.for_int("MissionChildrenOk")
 MISSION_CHILDREN_FAILED = SearchAttributeKey.for_int("MissionChildrenFailed")
 MISSION_CHILDREN_PENDING = SearchAttributeKey.for_int("MissionChildrenPending")
-# Children waiting on an operator's answer (a question their task asks, or a gate before dispatch):
-# `MissionAwaitingAnswer > 0` finds the missions someone must answer (`conductor mission list --awaiting-answer`).
-MISSION_AWAITING_ANSWER = SearchAttributeKey.for_int("MissionAwaitingAnswer")
+# A child waits on an operator's answer (a question its task asks, or a gate before dispatch):
+# `MissionAwaitingAnswer = true` finds the missions someone must answer (`conductor mission list
+# --awaiting-answer`). A Bool, not a count: a stock dev server takes at most three Int attributes.
+MISSION_AWAITING_ANSWER = SearchAttributeKey.for_bool("MissionAwaitingAnswer")
 MISSION_ID = SearchAttributeKey.for_keyword("MissionId")
 WORKLOAD_KIND = SearchAttributeKey.for_keyword("WorkloadKind")
 WORKLOAD_STATE = SearchAttributeKey.for_keyword("WorkloadState")

@@ -107,7 +107,7 @@ class MissionWorkflow:
         self._lease_timer = KeptTimer("next lease expiry or deadline")  # wakes a pass then
         self._snapshots = LedgerWriter(lambda: self._state.ledger, self._snapshot_summary)
         self._shown_state: str | None = None
-        self._shown_awaiting: int | None = None
+        self._shown_awaiting: bool | None = None
         self._delivering: set[str] = set()  # prompt ids whose answer is on its way to the executor
         if input.carried is not None:  # the previous run continued as new
             supervisor.take_over(self._state, input.carried.progress)
@@ -444,7 +444,7 @@ class MissionWorkflow:
         (so a closed mission's children counts are exact)."""
         self._details(supervisor.progress_text(self._state, self._admission))
         parent_state = self._state.ledger.parent_state
-        awaiting = len(supervisor.awaiting_answers(self._state))
+        awaiting = bool(supervisor.awaiting_answers(self._state))
         if self._input.search_attributes:
             if parent_state != self._shown_state or closing:
                 workflow.upsert_search_attributes([*mission_attributes(self._spec, self._state.ledger),

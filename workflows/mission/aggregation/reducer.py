@@ -234,8 +234,7 @@ def _admitted(admission: ChildAdmission, backpressure: Backpressure | AdmissionB
         if admission.request_id == held.request_id and admission.revision < held.revision:
             return child
         update: dict[str, Any] = {"admission": admission}
-        gated = child.question is not None and child.question.source == "gate" and admission.state == "admitted"
-        if not dispatched(child) and not attempt_started(child) and not gated:
+        if not dispatched(child) and not attempt_started(child) and not _shown_by_gate(child, admission):
             # A started attempt that has not reported yet is judged by its end, not by its
             # lease: one preempted before its first observation still runs until it is stopped.
             update |= _admission_shown(admission, backpressure)
@@ -395,6 +394,13 @@ def close_attempt(
         return refresh(child.model_copy(update=update))
 
     return _commit_each(ledger, [(child_id, closed)])
+
+
+def _shown_by_gate(child: ChildLedger, admission: ChildAdmission) -> bool:
+    """What a gated child shows is its gate's while the gate holds it (admitted, asking) or after
+    it refused or timed out the child: its lease going back says nothing new."""
+    asking = child.question is not None and child.question.source == "gate" and admission.state == "admitted"
+    return asking or child.error_code in (GATE_REJECTED_CODE, APPROVAL_TIMEOUT_CODE)
 
 
 def _admission_shown(admission: ChildAdmission, backpressure: Backpressure | AdmissionBackpressure | None) -> dict[str, Any]:
