@@ -49,6 +49,8 @@ from activities.credentials import (
     executor_token,
     fleet_token,
 )
+import logging
+
 from activities.sandbox_client import (
     AnswerInvalid,
     ExecutorClient,
@@ -61,6 +63,7 @@ from activities.sandbox_client import (
     StaleRevision,
     SubstrateUnavailable,
     TaskNotCancelable,
+    TaskNotFound,
     Unauthorized,
 )
 from workflows.contract import WorkloadRecord
@@ -76,6 +79,7 @@ from workflows.workload.messages import (
     GET_WORKLOAD,
     LIST_TARGETS,
     OBSERVE_WORKLOAD,
+    PROJECT_TASK,
     READ_QUESTION,
     RUN_VERIFIER,
     VERIFIER_GRACE_SECONDS,
@@ -89,10 +93,12 @@ from workflows.workload.messages import (
     DispatchAndRead,
     Dispatched,
     DispatchTask,
+    KeptRecord,
     Observed,
     ObserveWorkload,
     QuestionAnswer,
     Refusal,
+    RuntimeIdentityUpdate,
     RunVerifier,
     TargetList,
     TaskDispatch,
@@ -103,11 +109,20 @@ from workflows.workload.messages import (
     WatchWorkload,
     WorkloadRef,
 )
+from workflows.workload.kept import TaskReading, observed, projected
 from workflows.workload.record import finished, next_status, output_version
 
 R = TypeVar("R")
+log = logging.getLogger(__name__)
 
 MISSING_CREDENTIALS = "credentials.missing"
+STORE_UNAVAILABLE = "fleet.store_unavailable"
+# How long a fleet API found is trusted before it is probed again (an executor may restart as
+# another build); an unexpected 404 on a fleet route probes at once.
+FLEET_PROBE_TTL_SECONDS = 60.0
+# How long `503 fleet.store_unavailable` may last before the executor counts as fleet-less.
+STORE_UNAVAILABLE_GRACE_SECONDS = 10.0
+PROBE_CHILD_ID = "conductor-fleet-probe"
 TASK_REJECTED = "executor.task_rejected"
 FIRST_POLL_SECONDS = 0.05
 MAX_BIND_ATTEMPTS = 10
@@ -179,6 +194,7 @@ class FleetActivities:
         http_timeout: float = 10.0,
         missing_credentials: str | None = None,
         transport: Any = None,
+        store_unavailable_grace: float = STORE_UNAVAILABLE_GRACE_SECONDS,
     ) -> None:
         self._fleet_url = fleet_url.rstrip("/")
         self._executor_url = executor_url.rstrip("/")
@@ -186,6 +202,10 @@ class FleetActivities:
         self._secrets: tuple[str, ...] = ()
         self._fleet: FleetClient | None = None
         self._executor: ExecutorClient | None = None
+        self._fleet_api: bool | None = None  # what the last probe found (None: not probed yet)
+        self._probed_at = 0.0
+        self._unavailable_since: float | None = None
+        self._store_grace = store_unavailable_grace
         if fleet_token is not None and executor_token is not None:
             fleet_secret, executor_secret = as_token(fleet_token), as_token(executor_token)
             self._secrets = (fleet_secret.reveal(), executor_secret.reveal())
@@ -238,6 +258,7 @@ class FleetActivities:
             self.run_verifier,
             self.read_question,
             self.answer_question,
+            self.project_task,
         ]
 
     # --- plumbing -------------------------------------------------------------------------
@@ -294,6 +315,8 @@ class FleetActivities:
         try:
             return await call()
         except SandboxError as error:
+            if isinstance(error, NotFound) and error.code.startswith("http.") and operation not in _EXECUTOR_OPERATIONS:
+                self.forget_fleet_api()  # a fleet route that is not there: the executor may have changed; probe again
             raise self._application_error(operation, error) from None
         except (ApplicationError, asyncio.CancelledError):
             raise
@@ -301,13 +324,51 @@ class FleetActivities:
             text = self._scrub(f"{type(error).__name__}: {error}")
             raise ApplicationError(f"{operation} failed unexpectedly: {text}", type="fleet.internal") from None
 
+    # --- which kind of executor ----------------------------------------------------------
+
+    async def fleet_api(self) -> bool:
+        """Whether the executor serves the fleet API: probed (a read of a record nobody has),
+        and probed again after FLEET_PROBE_TTL_SECONDS or an unexpected 404 (`forget_fleet_api`).
+        404 without the fleet's own code: no fleet router, fleet-less. 503 `fleet.store_unavailable`:
+        retryable until it has lasted STORE_UNAVAILABLE_GRACE_SECONDS, then fleet-less."""
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        if self._fleet_api is not None and now - self._probed_at < FLEET_PROBE_TTL_SECONDS:
+            return self._fleet_api
+        fleet, _ = self._clients()
+        try:
+            await fleet.get(PROBE_CHILD_ID)
+            found = True
+        except NotFound as error:
+            found = error.code == "fleet.workload_not_found"
+        except SubstrateUnavailable as error:
+            if error.code != STORE_UNAVAILABLE:
+                raise self._application_error("probing the fleet API", error) from None
+            self._unavailable_since = self._unavailable_since or now
+            if now - self._unavailable_since < self._store_grace:
+                raise self._application_error("probing the fleet API", error) from None
+            found = False
+        except SandboxError as error:
+            raise self._application_error("probing the fleet API", error) from None
+        else:
+            self._unavailable_since = None
+        if found != self._fleet_api:
+            kind = "serves the fleet API" if found else "has no fleet API: one-shot commands and persistent agents only, records kept by the conductor"
+            log.warning("executor at %s %s", self._fleet_url, kind)
+        self._fleet_api, self._probed_at = found, now
+        return found
+
+    def forget_fleet_api(self) -> None:
+        self._fleet_api = None
+
     # --- management plane -----------------------------------------------------------------
 
     @activity.defn(name=LIST_TARGETS)
     async def list_targets(self) -> TargetList:
         fleet, _ = self._clients()
+        fleet_api = await self.fleet_api()
         instances = await self._call(LIST_TARGETS, fleet.instances)
-        return TargetList(targets=instances)
+        return TargetList(targets=[target.model_copy(update={"fleet_api": fleet_api}) for target in instances])
 
     @activity.defn(name=ADMIT_WORKLOAD)
     async def admit_workload(self, request: AdmitWorkload) -> Admitted:
@@ -342,8 +403,11 @@ class FleetActivities:
         """Poll (`poll`, backing off to the request's interval, heartbeating) until the record's
         revision passes `after_revision` or `max_wait_seconds` pass."""
         fleet, _ = self._clients()
+        kept, instance = request.kept, request.instance_id
 
         async def read() -> WorkloadRecord:
+            if kept is not None and instance is not None:  # a fleet-less executor: the conductor's record
+                return await self._project(instance, kept)
             return await self._call(WATCH_WORKLOAD, lambda: fleet.get(request.child_id))
 
         return await poll(
@@ -430,6 +494,8 @@ class FleetActivities:
         comes back as a refusal, for the workflow to write onto the admitted record; an
         admission refused for good fails the call.
         """
+        if request.fleetless:
+            return await self._dispatch_kept(request)
         admitted = await self.admit_workload(AdmitWorkload(record=request.record))
         as_admitted = AdmittedAndDispatched(replayed=admitted.replayed, record=admitted.record)
         if admitted.record.lineage.task_id is not None or finished(admitted.record):
@@ -448,6 +514,76 @@ class FleetActivities:
         return AdmittedAndDispatched(
             replayed=admitted.replayed, record=dispatched.record, task=dispatched.task, output=dispatched.output,
         )
+
+    # --- records the conductor keeps (an executor without the fleet API) --------------------
+
+    async def _dispatch_kept(self, request: AdmitAndDispatch) -> AdmittedAndDispatched:
+        """`admit_and_dispatch` on a fleet-less executor: `request.record` is the conductor's,
+        admitted. A record that names a task is re-read, never dispatched again; otherwise the
+        message goes (idempotent by messageId: a retry finds the same task), the task is bound
+        and projected into the record (workflows.workload.kept), read on as on a fleet executor.
+        A 404 (no such instance) is a placement failure; a 503 stays retryable (the caller shows
+        capacity backpressure while it lasts)."""
+        record = request.record
+        instance = request.dispatch.dispatch.instance_id
+        if record.lineage.task_id is not None:
+            return AdmittedAndDispatched(replayed=True, record=await self._project(instance, record))
+        try:
+            task = await self.dispatch_task(request.dispatch.dispatch)
+        except ApplicationError as error:
+            if not error.non_retryable:
+                raise
+            return AdmittedAndDispatched(replayed=False, record=record,
+                                         dispatch_refused=Refusal(type=error.type, message=error.message))  # fmt: skip
+        if task.state == "rejected":
+            reason = task.status_text or "the executor rejected the task"
+            return AdmittedAndDispatched(replayed=False, record=record, dispatch_refused=Refusal(type=TASK_REJECTED, message=reason))
+        binds_session = record.kind == "persistent-agent"
+        identity = RuntimeIdentityUpdate(task_id=task.task_id, session_id=task.context_id if binds_session else None)
+        bound = observed(record, next_status(record, datetime.now(UTC), observed_state="starting"), identity)
+
+        async def read() -> WorkloadRecord:
+            return await self._project(instance, bound)
+
+        wait = request.dispatch.wait_for_end_seconds
+        current = await poll(await read(), read, finished, within=wait, longest_pause=wait)
+        output = None
+        if output_version(current) is not None:
+            output = await self.read_output(TaskRef(instance_id=instance, task_id=task.task_id,
+                                                    max_output_chars=request.dispatch.max_output_chars))  # fmt: skip
+        return AdmittedAndDispatched(replayed=False, record=current, task=task, output=output)
+
+    async def _reading(self, instance_id: str, task_id: str) -> TaskReading:
+        """What the executor says of the task, for `kept.projected`; a task it does not know is lost."""
+        _, executor = self._clients()
+        try:
+            task = await executor.get_task(instance_id, task_id)
+        except TaskNotFound:
+            return TaskReading(task_id=task_id, state="lost", updated_at=datetime.now(UTC))
+        try:
+            rows = (await executor.artifacts(instance_id, task_id)).artifacts
+        except NotFound:  # an executor without the artifacts route
+            rows = []
+        status = task.status.model_dump(mode="json", by_alias=True, exclude_none=True)
+        updated = _when(task.status.timestamp) or datetime.now(UTC)
+        artifacts = tuple((row.artifact_id, _sha256(row.artifact), _when(row.created_at) or updated) for row in rows)
+        command = next((row.artifact.get("command_id") for row in rows if isinstance(row.artifact.get("command_id"), str)), None)
+        return TaskReading(
+            task_id=task_id, state=task.status.state, updated_at=updated, artifacts=artifacts,
+            status_sha256=_sha256(status) if task.status.state == "completed" else None, command_id=command,
+        )
+
+    async def _project(self, instance_id: str, record: WorkloadRecord) -> WorkloadRecord:
+        task_id = record.lineage.task_id
+        if task_id is None:
+            return record
+        reading = await self._call(PROJECT_TASK, lambda: self._reading(instance_id, task_id))
+        return projected(record, reading) or record
+
+    @activity.defn(name=PROJECT_TASK)
+    async def project_task(self, request: KeptRecord) -> WorkloadRecord:
+        """A kept record with its bound task's state projected into it (unchanged if nothing moved)."""
+        return await self._project(request.instance_id, request.record)
 
     @activity.defn(name=READ_OUTPUT)
     async def read_output(self, request: TaskRef) -> TaskOutput:
@@ -559,4 +695,15 @@ class FleetActivities:
         )
 
 
-_EXECUTOR_OPERATIONS = frozenset({DISPATCH_TASK, READ_OUTPUT, CANCEL_TASK, RUN_VERIFIER, READ_QUESTION, ANSWER_QUESTION})
+def _sha256(value: Any) -> str:
+    return hashlib.sha256(json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()).hexdigest()
+
+
+def _when(text: str | None) -> datetime | None:
+    try:
+        return datetime.fromisoformat(text.replace("Z", "+00:00")) if text else None
+    except ValueError:
+        return None
+
+
+_EXECUTOR_OPERATIONS = frozenset({PROJECT_TASK, DISPATCH_TASK, READ_OUTPUT, CANCEL_TASK, RUN_VERIFIER, READ_QUESTION, ANSWER_QUESTION})

@@ -108,6 +108,13 @@ def _fleet_routes(config: SubstrateConfig) -> APIRouter:
     def fleet(request: Request) -> FleetService:
         return request.app.state.fleet  # type: ignore[no-any-return]
 
+    @router.get("/admin/instances")
+    async def instances(request: Request) -> Response:
+        return _json(200, request.app.state.executor.instances())
+
+    if not config.fleet_api:  # no fleet router: its routes are not there (404), as on such a build
+        return router
+
     @router.post("/fleet/workloads")
     async def admit(request: Request) -> Response:
         replayed, record = fleet(request).admit(await _json_body(request, "fleet.invalid_record"))
@@ -129,10 +136,6 @@ def _fleet_routes(config: SubstrateConfig) -> APIRouter:
     @router.post("/fleet/reconcile")
     async def reconcile(request: Request) -> Response:
         return _json(200, fleet(request).reconcile(await _json_body(request, "fleet.invalid_request")))
-
-    @router.get("/admin/instances")
-    async def instances(request: Request) -> Response:
-        return _json(200, request.app.state.executor.instances())
 
     return router
 
@@ -219,7 +222,7 @@ def create_app(config: SubstrateConfig) -> FastAPI:
         app.state.fleet = fleet
         app.state.runner = runner
         app.state.executor = ExecutorService(
-            store, fleet, runner, local_instances(config.instances), config.isolation_kinds
+            store, fleet, runner, local_instances(config.instances), config.isolation_kinds, fleet_api=config.fleet_api,
         )
         try:
             yield

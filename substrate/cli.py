@@ -35,6 +35,10 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
         "--executor-token-file", type=Path, help="file holding one operator-role token (the executor plane's)"
     )
     parser.add_argument(
+        "--no-fleet", action="store_true",
+        help="play an Agentic Sandbox without the fleet API: 404 on /api/v2/fleet/*, A2A tasks only",
+    )
+    parser.add_argument(
         "--stop-workloads-on-exit",
         action="store_true",
         help="kill workload processes when stopped cleanly (default: leave them running; the next start re-adopts them)",
@@ -56,6 +60,7 @@ def run_serve(args: argparse.Namespace) -> int:
             host=args.host,
             port=args.port,
             keep_workloads_on_stop=not args.stop_workloads_on_exit,
+            fleet_api=not args.no_fleet,
         )
     except (TokenError, ValueError) as error:
         print(f"conductor substrate: {error}", file=sys.stderr)
@@ -64,7 +69,8 @@ def run_serve(args: argparse.Namespace) -> int:
 
     def ready(url: str) -> None:
         names = ", ".join(f"local-{n}" for n in range(1, config.instances + 1))
-        print(f"{READY_PREFIX}{url} (instances {names}; data {config.data_dir})", flush=True)
+        fleet = "" if config.fleet_api else "; no fleet API"
+        print(f"{READY_PREFIX}{url} (instances {names}; data {config.data_dir}{fleet})", flush=True)
 
     try:
         serve(config, ready=ready)

@@ -63,6 +63,9 @@ class SubstrateConfig:
     #: More accepted tokens with their roles (a token file's entries).
     tokens: tuple[RoleToken, ...] = ()
     keep_workloads_on_stop: bool = False
+    #: False: play an Agentic Sandbox built without the fleet router: 404 on /api/v2/fleet/*, A2A tasks
+    #: only (a message naming a `child_id` runs as its runtime data says, with no record to check).
+    fleet_api: bool = True
 
     def __post_init__(self) -> None:
         for name in ("fleet_token", "executor_token"):

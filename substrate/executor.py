@@ -100,12 +100,15 @@ class ExecutorService:
         runner: Runner,
         instances: list[Instance],
         isolation_kinds: tuple[str, ...] = ("host",),
+        *,
+        fleet_api: bool = True,
     ) -> None:
         self._store = store
         self._fleet = fleet
         self._runner = runner
         self._instances = {instance.id: instance for instance in instances}
         self._isolation_kinds = isolation_kinds
+        self._fleet_api = fleet_api
         self._started_at = timestamp()
 
     # -- views -------------------------------------------------------------------------
@@ -271,6 +274,13 @@ class ExecutorService:
     ) -> TaskRow:
         if runtime.child_id is None:
             return self._admit_plain_task(instance, message, runtime, prompt, fingerprint, hitl)
+        if not self._fleet_api:
+            # No fleet plane, so no record to check the message against: it runs as its runtime data
+            # says, as an executor without the fleet router runs whatever it is sent.
+            kind = runtime.kind or "one-shot-command"
+            request = {"prompt": prompt, "timeout_seconds": runtime.timeout_seconds or PLAIN_TASK_TIMEOUT_SECONDS,
+                       "schedule": runtime.schedule, "hitl": hitl}  # fmt: skip
+            return self._insert_task(instance, message, fingerprint, runtime.child_id, kind, request, None)
         record = self._fleet.find(runtime.child_id)
         if record is None:
             raise not_found(runtime.child_id)

@@ -173,6 +173,7 @@ def spawn(
     port: int = 0,
     startup_timeout: float = 30.0,
     extra_env: dict[str, str] | None = None,
+    fleet_api: bool = True,
 ) -> Iterator[SubstrateProcess]:
     """Run `python -m substrate serve` as a child process; stopped (SIGTERM) on exit."""
     data_dir = Path(data_dir)
@@ -192,6 +193,8 @@ def spawn(
         command += ["--token-file", str(token_file)]
     if not keep_workloads_on_stop:
         command.append("--stop-workloads-on-exit")
+    if not fleet_api:
+        command.append("--no-fleet")
     log = open(data_dir / "substrate.log", "ab")
     process = subprocess.Popen(
         command,

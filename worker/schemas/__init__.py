@@ -36,6 +36,7 @@ from workflows.inbound import Refusal
 from workflows.mission.executor_v1 import ExecutorDispatch
 from workflows.mission.ledger import MissionLedger
 from workflows.mission.messages import MissionInput, ReviewRequest
+from workflows.mission.questions import AnswerRequest, AnswerResult
 from workflows.mission.spec import MissionSpec
 
 PACKAGE = Path(__file__).parent
@@ -82,6 +83,10 @@ SCHEMAS: tuple[Schema, ...] = (
            "MissionWorkflow's result, and the answer of its `ledger` query and its `review` and `wait_for_verdict` "
            "updates.", MissionLedger),
     Schema("review-request", "ReviewRequest", "The one argument of MissionWorkflow's `review` update.", ReviewRequest),
+    Schema("answer-request", "AnswerRequest",
+           "The one argument of MissionWorkflow's `answer_child` update: an operator's answer to a child's open "
+           "question.", AnswerRequest),
+    Schema("answer-result", "AnswerResult", "The result of MissionWorkflow's `answer_child` update.", AnswerResult),
     # AdmissionWorkflow, its operator surface
     Schema("admission-input", "AdmissionWorkflow input",
            "AdmissionWorkflow's one argument: the host group and its policy.", AdmissionWorkflowInput),

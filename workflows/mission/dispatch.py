@@ -44,6 +44,7 @@ def child_start(state: MissionState, child_id: str, *, parent_id: str, mission: 
             runtime_id=target.runtime_id,
             parent_id=parent_id,
             attempt=attempt,
+            fleetless=not target.fleet_api,
             poll_interval_seconds=mission.poll_interval_seconds,
             **(signalled if outlives_run else {}),
         ),

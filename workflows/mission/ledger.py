@@ -33,6 +33,7 @@ from workflows.contract import (
     Artifact,
     ArtifactKind,
     Backpressure,
+    Capability,
     ExitClassification,
     Health,
     Lineage,
@@ -164,6 +165,8 @@ class ChildLedger(_LedgerModel):
     # The question the child waits on an answer to (blocked, backpressure approval): its task's
     # hitl-prompt/v1 envelope, or the mission's own gate before dispatch (workflows.mission.questions).
     question: Question | None = None
+    # Capabilities the conductor found missing for this child (status `unsupported`, with why).
+    capabilities: tuple[Capability, ...] = ()
     # Every answer operators gave this child, oldest first (the newest MAX_ANSWERS_KEPT): who,
     # when, to which prompt, the payload, and whether it was delivered.
     answers: tuple[Answer, ...] = ()

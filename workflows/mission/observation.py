@@ -13,6 +13,7 @@ from workflows.contract import (
     TERMINAL_OBSERVED_STATES,
     Artifact,
     Backpressure,
+    Capability,
     ExitClassification,
     Health,
     Lineage,
@@ -50,6 +51,8 @@ class ChildObservation(BaseModel):
     exit_classification: ExitClassification | None = None
     error_code: str | None = None
     output: str | None = None  # the result artifact's text, when the executor returned one
+    # What the conductor found its executor cannot do for it (e.g. a daemon on one without the fleet API).
+    capabilities: list[Capability] = Field(default_factory=list)
     question: Question | None = None  # blocked on approval: the question its task asks (hitl-prompt/v1)
     note: str | None = None  # why the orchestrator (not the substrate) decided this state, e.g. unroutable
 

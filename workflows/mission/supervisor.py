@@ -30,6 +30,7 @@ answers (`AdmissionClient` is one), so tests drive it with plain data
 from __future__ import annotations
 
 from collections.abc import Mapping
+import dataclasses
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Protocol
@@ -45,9 +46,13 @@ from workflows.inbound import Refusal
 from workflows.mission.ledger import ChildAdmission, MissionLedger, ReviewDecision
 from workflows.mission.messages import MissionProgress
 from workflows.mission.observation import ChildObservation, ends_workload
+from workflows.contract import Capability
 from workflows.mission.planning import Assignment
 from workflows.mission.questions import Answer, gate_question, overdue
 from workflows.mission.spec import ChildSpec, MissionSpec
+
+
+UNSUPPORTED_KIND = "executor.unsupported_kind"
 
 
 class AdmissionView(Protocol):
@@ -213,6 +218,7 @@ class Planned:
 
     assignments: dict[str, Assignment]
     unroutable: Mapping[str, str]
+    unsupported: Mapping[str, str] = dataclasses.field(default_factory=dict)  # fails before admission
 
 
 @dataclass(frozen=True)
@@ -270,7 +276,7 @@ def hear(state: MissionState, event: Heard) -> None:
 def step(state: MissionState, event: Event, admission: AdmissionView, now: datetime) -> list[Action]:
     """What the shell's loop met, and what to do about it."""
     if isinstance(event, Planned):
-        submit = route(state, event.assignments, event.unroutable, now)
+        submit = route(state, event.assignments, event.unroutable, now, event.unsupported)
         return [submit] if submit is not None else []
     if isinstance(event, Pass):
         return supervise(state, admission, now)
@@ -289,9 +295,14 @@ def step(state: MissionState, event: Event, admission: AdmissionView, now: datet
 # --- planning ----------------------------------------------------------------------------------
 
 
-def route(state: MissionState, assignments: dict[str, Assignment], unroutable: Mapping[str, str], now: datetime) -> Submit | None:
+def route(
+    state: MissionState, assignments: dict[str, Assignment], unroutable: Mapping[str, str], now: datetime,
+    unsupported: Mapping[str, str] = {},
+) -> Submit | None:
     """The planner's answer: routed children wait for admission (one request each, a gang in gang
-    mode); the others need an operator (`operator-review-required`, why in the note)."""
+    mode); the unroutable need an operator (`operator-review-required`, why in the note); the
+    unsupported (a kind their executor cannot run) fail at once, with capability status
+    `unsupported`: no admission, no lease, no dispatch."""
     spec = state.spec
     state.progress.children = ChildRuns(
         ChildRun(child_id=child.child_id, assignment=assignments[child.child_id],
@@ -303,6 +314,13 @@ def route(state: MissionState, assignments: dict[str, Assignment], unroutable: M
         state.ledger = aggregation.apply_observation(state.ledger, spec, ChildObservation(
             child_id=child_id, kind=child.kind, revision=0, observed_state="operator-review-required",
             observed_at=now, note=f"unroutable: {why}",
+        ))
+    for child_id, why in unsupported.items():
+        child = state.child_spec(child_id)
+        state.ledger = aggregation.apply_observation(state.ledger, spec, ChildObservation(
+            child_id=child_id, kind=child.kind, revision=0, observed_state="failed", observed_at=now,
+            exit_classification="failure", error_code=UNSUPPORTED_KIND, note=f"unsupported: {why}",
+            capabilities=[Capability(name=child.kind, status="unsupported", reason=why[:500])],
         ))
     if not state.children:
         return None

@@ -54,7 +54,7 @@ with workflow.unsafe.imports_passed_through():
         ANSWER_CHILD, MISSION_WORKFLOW, RUNNING_WORKFLOWS, MissionCarry, ReviewRequest, WorkflowIds, read_mission_input,
     )
     from workflows.mission.observation import ALIVE_SIGNAL, OBSERVATION_SIGNAL, ChildObservation
-    from workflows.mission.planning import plan_targets
+    from workflows.mission.planning import plan
     from workflows.mission.questions import (
         Answer, AnswerRequest, AnswerResult, agreeing, answer_refusal, answer_message_id, approves, consensus_needed,
     )
@@ -284,7 +284,7 @@ class MissionWorkflow:
             retry_policy=RetryPolicy(maximum_attempts=10, non_retryable_error_types=["TypeError"]),
             summary="list executor targets",
         )
-        actions = supervisor.step(self._state, Planned(*plan_targets(self._spec, targets.targets)), self._admission, workflow.now())
+        actions = supervisor.step(self._state, Planned(*plan(self._spec, targets.targets)), self._admission, workflow.now())
         await self._snapshots.write()
         if actions:
             self._details(f"admitting: {len(self._state.children.ids())} requests to admission:{self._spec.host_group}")

@@ -37,6 +37,7 @@ READ_OUTPUT = "read_output"
 CANCEL_TASK = "cancel_task"
 RUN_VERIFIER = "run_verifier"
 READ_QUESTION = "read_question"
+PROJECT_TASK = "project_task"
 ANSWER_QUESTION = "answer_question"
 
 WORKLOAD_WORKFLOW = "WorkloadWorkflow"
@@ -68,6 +69,10 @@ class Target(_Message):
     isolation_kinds: list[IsolationKind]
     status: Literal["ready", "draining", "offline"]
     active_tasks: int
+    # False: its executor has no fleet API (404 on /api/v2/fleet/*, or a store that stays
+    # unavailable): it runs one-shot commands and persistent agents over A2A alone, the conductor
+    # keeping their records (workflows.workload.kept), and no daemon or scheduled collector.
+    fleet_api: bool = True
 
 
 class TargetList(_Message):
@@ -120,6 +125,16 @@ class WatchWorkload(_Message):
     poll_interval_seconds: float = Field(default=1.0, gt=0)
     # The activity returns the unchanged record after this long so that no activity runs forever.
     max_wait_seconds: float = Field(default=300.0, gt=0)
+    # A fleet-less executor: the record the conductor keeps, projected from its task on `instance_id`.
+    kept: WorkloadRecord | None = None
+    instance_id: str | None = None
+
+
+class KeptRecord(_Message):
+    """A record the conductor keeps (workflows.workload.kept), to project its bound task into."""
+
+    instance_id: str
+    record: WorkloadRecord
 
 
 # --- executor tasks -------------------------------------------------------------------------
@@ -237,6 +252,9 @@ class AdmitAndDispatch(_Message):
 
     record: WorkloadRecord
     dispatch: DispatchAndRead
+    # The executor has no fleet API: `record` is the one the conductor keeps (admitted), nothing is
+    # admitted on the server, and the task is bound and projected here (workflows.workload.kept).
+    fleetless: bool = False
 
 
 class Refusal(_Message):
@@ -297,6 +315,8 @@ class WorkloadInput(_Message):
     # sign of life goes to the mission after every quiet watch, and a mission that can no longer
     # be signalled is gone: the workload then stops its runtime task and ends.
     report_to_mission_by_signal: bool = False
+    # The target's executor has no fleet API: the workflow keeps the record (workflows.workload.kept).
+    fleetless: bool = False
     carried: WorkloadCarry | None = None
 
     @model_validator(mode="after")

@@ -108,6 +108,8 @@ def build_dispatch(input: WorkloadInput) -> TaskDispatch:
         kind=child.kind,
         prompt=child.prompt,
         schedule=child.schedule,
+        # Without the fleet API no record carries the budget to the executor: the message does.
+        timeout_seconds=child.budgets.timeout_seconds if input.fleetless and not child.long_lived else None,
         # The executor gives a task a contextId only when its message carries one
         # (agentic-sandbox-executor handlers/send_message.rs), so the conductor names it, stably:
         # a persistent agent's session (bound to the record), and the context its verifier runs in.

@@ -45,7 +45,7 @@ from temporalio.exceptions import ActivityError, ApplicationError, is_cancelled_
 from workflows.cancellation import raise_if_cancel_requested
 
 with workflow.unsafe.imports_passed_through():
-    from workflows.contract import ContractError, WorkloadRecord, WorkloadStatus
+    from workflows.contract import Backpressure, ContractError, WorkloadRecord, WorkloadStatus
     from workflows.failures import refused_start
     from workflows.inbound import Refused, argument, no_argument
     from workflows.metrics import workload_dispatched
@@ -53,11 +53,13 @@ with workflow.unsafe.imports_passed_through():
     from workflows.workload.client import verdict_failure
     from workflows.mission.observation import ALIVE_SIGNAL, OBSERVATION_SIGNAL, ChildObservation
     from workflows.mission.questions import APPROVAL_TIMEOUT_CODE, Question, read_prompt
+    from workflows.workload import kept
     from workflows.workload.messages import (
         ADMIT_AND_DISPATCH,
         CANCEL_TASK,
         GET_WORKLOAD,
         OBSERVE_WORKLOAD,
+        PROJECT_TASK,
         READ_OUTPUT,
         READ_QUESTION,
         RUN_VERIFIER,
@@ -68,6 +70,7 @@ with workflow.unsafe.imports_passed_through():
         AdmittedAndDispatched,
         AskedQuestion,
         DispatchAndRead,
+        KeptRecord,
         DispatchTask,
         Observed,
         ObserveWorkload,
@@ -103,6 +106,10 @@ T = TypeVar("T")
 
 CALL_TIMEOUT = timedelta(seconds=30)
 CALL_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), backoff_coefficient=2, maximum_interval=timedelta(seconds=30))
+# A fleet-less executor's dispatch: a few quick tries, then the child shows capacity backpressure
+# (retryable) while the executor stays unavailable, and tries again after a durable pause.
+UNAVAILABLE_TRIES = RetryPolicy(initial_interval=timedelta(seconds=1), backoff_coefficient=2, maximum_attempts=3)
+UNAVAILABLE_PAUSES = (5, 10, 20, 40, 60)  # seconds, the last one repeated
 MAX_CAS_ATTEMPTS = 10
 SCHEMA_HINT = "WorkloadWorkflow is started by MissionWorkflow: start a mission instead (docs/mission-control-api.md)"
 ONE_SHOT_WAIT_FOR_END = timedelta(seconds=1)
@@ -164,6 +171,9 @@ class WorkloadWorkflow:
         self._note: str | None = None
         self._last: ChildObservation | None = None
         self._mission_gone: str | None = None  # why the mission can no longer be signalled
+        # An executor without the fleet API: the record is the conductor's own (workflows.workload.kept).
+        self._fleetless = input.fleetless
+        self._kept: WorkloadRecord | None = carried.record if carried and input.fleetless else None
 
     @workflow.query(description="The last observation this workload reported to its mission.")
     def observation(self, *args: Any) -> ChildObservation | None:
@@ -219,8 +229,11 @@ class WorkloadWorkflow:
                 non_retryable=True,
             ) from None
         try:
-            request = AdmitAndDispatch(record=record, dispatch=self._dispatch_and_read())
-            started = await self._call(ADMIT_AND_DISPATCH, request, AdmittedAndDispatched)
+            if self._fleetless:
+                started = await self._dispatch_kept(kept.admitted(record))
+            else:
+                request = AdmitAndDispatch(record=record, dispatch=self._dispatch_and_read())
+                started = await self._call(ADMIT_AND_DISPATCH, request, AdmittedAndDispatched)
         except CALL_FAILED as error:
             refusal = _refusal(error)
             if refusal is None:
@@ -243,6 +256,35 @@ class WorkloadWorkflow:
             revision = started.record.status.revision
             workflow.logger.info("workload %s was admitted before (revision %d)", self._child_id, revision)
         return started
+
+    async def _dispatch_kept(self, record: WorkloadRecord) -> AdmittedAndDispatched:
+        """Dispatch on a fleet-less executor, keeping the record here. While the executor is
+        unavailable (503, unreachable), the child shows `blocked` with capacity backpressure
+        (retryable) and the dispatch is tried again after a durable pause: the same messageId,
+        so however often it is sent, one task runs."""
+        self._kept = record
+        pauses = iter(UNAVAILABLE_PAUSES)
+        pause = UNAVAILABLE_PAUSES[0]
+        while True:
+            request = AdmitAndDispatch(record=self._kept, dispatch=self._dispatch_and_read(), fleetless=True)
+            try:
+                started = await self._call(ADMIT_AND_DISPATCH, request, AdmittedAndDispatched, retry=UNAVAILABLE_TRIES)
+            except CALL_FAILED as error:
+                if _refusal(error) is not None:
+                    raise
+                cause = _cause(error)
+                code = (cause.type if isinstance(cause, ApplicationError) else None) or "executor.unavailable"
+                if self._kept.status.observed_state != "blocked":
+                    self._note = f"the executor is unavailable ({cause}); dispatching again"
+                    status = next_status(self._kept, workflow.now(), observed_state="blocked", error_code=code)
+                    self._kept = kept.observed(self._kept, status.model_copy(update={
+                        "backpressure": Backpressure(reason="capacity", retryable=True)}), None)
+                    await self._report(self._kept)
+                pause = next(pauses, pause)
+                await workflow.sleep(pause, summary=f"executor unavailable: dispatch {self._child_id} again")
+                continue
+            self._kept = started.record
+            return started
 
     def _dispatch_and_read(self) -> DispatchAndRead:
         # A one-shot command often ends within moments: read on until it does (up to a second)
@@ -319,7 +361,13 @@ class WorkloadWorkflow:
         return record
 
     async def _compare_and_swap(self, record: WorkloadRecord, change: Callable[[WorkloadRecord], Change]) -> WorkloadRecord:
-        """Write `change(record)`; on a stale revision reduce against the current record and try again."""
+        """Write `change(record)`; on a stale revision reduce against the current record and try again.
+        A record the conductor keeps is written here (nobody else writes it)."""
+        if self._kept is not None:
+            wanted = change(self._kept)
+            if wanted is not None:
+                self._kept = kept.observed(self._kept, *wanted)
+            return self._kept
         for _ in range(MAX_CAS_ATTEMPTS):
             wanted = change(record)
             if wanted is None:
@@ -439,13 +487,15 @@ class WorkloadWorkflow:
         wait = input.watch_max_seconds
         if until is not None:  # back in time to end a wait for an answer at its deadline
             wait = min(wait, max(1.0, (until - workflow.now()).total_seconds()))
-        return await workflow.execute_activity(
+        record = await workflow.execute_activity(
             WATCH_WORKLOAD,
             WatchWorkload(
                 child_id=self._fleet_id,
                 after_revision=after_revision,
                 poll_interval_seconds=input.poll_interval_seconds,
                 max_wait_seconds=wait,
+                kept=self._kept,
+                instance_id=input.target_id if self._kept is not None else None,
             ),
             result_type=WorkloadRecord,
             start_to_close_timeout=timedelta(seconds=wait) + CALL_TIMEOUT,
@@ -453,6 +503,9 @@ class WorkloadWorkflow:
             retry_policy=CALL_RETRY,
             summary=f"watch {self._child_id} after revision {after_revision}",
         )
+        if self._kept is not None:
+            self._kept = record
+        return record
 
     async def _verify(self, record: WorkloadRecord) -> WorkloadRecord:
         """Run the child's verifier and record its outcome on the record as `verifier` evidence
@@ -578,9 +631,14 @@ class WorkloadWorkflow:
     # --- activities -----------------------------------------------------------------------
 
     async def _get(self) -> WorkloadRecord:
+        if self._fleetless:  # the conductor's record, with its task's state projected into it
+            if self._kept is None:
+                raise ApplicationError(f"{self._child_id} was never admitted", type="workload.not_admitted", non_retryable=True)
+            self._kept = await self._call(PROJECT_TASK, KeptRecord(instance_id=self._input.target_id, record=self._kept), WorkloadRecord)
+            return self._kept
         return await self._call(GET_WORKLOAD, WorkloadRef(child_id=self._fleet_id), WorkloadRecord)
 
-    async def _call(self, activity: str, argument: Any, result_type: type[T]) -> T:
+    async def _call(self, activity: str, argument: Any, result_type: type[T], retry: RetryPolicy = CALL_RETRY) -> T:
         """One short, idempotent fleet or executor call, as a local activity.
 
         It runs in this worker, its result is one marker event, and consecutive calls can finish
@@ -592,7 +650,7 @@ class WorkloadWorkflow:
             argument,
             result_type=result_type,
             start_to_close_timeout=CALL_TIMEOUT,
-            retry_policy=CALL_RETRY,
+            retry_policy=retry,
             # A write that was in flight has landed (or not) before the workflow moves on.
             cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
         )

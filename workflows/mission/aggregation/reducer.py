@@ -180,6 +180,7 @@ def _observed(mission_id: str, spec: MissionSpec, obs: ChildObservation) -> Chil
         observed = _as_stopped_by_lease_expiry(child.model_copy(
             update={
                 **{name: getattr(obs, name) for name in _OBSERVED_FIELDS},
+                "capabilities": tuple(obs.capabilities),
                 "revision": obs.revision,
                 "observed_at": obs.observed_at,
                 "artifacts": tuple(obs.artifacts),
