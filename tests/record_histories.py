@@ -42,6 +42,7 @@ from workflows.admission.holders import DECISION_QUERY, HOLDER_WORKFLOW, HeldReq
 from workflows.admission.messages import AdmissionDecision, PolicyChange, ReleaseBatch, SubmitBatch, admission_workflow_id
 from workflows.admission.model import AdmissionPolicy, AdmissionRequest
 from workflows.admission.probe import AdmissionProbeWorkflow, ProbeInput, ProbeRequest
+from workflows.mission.questions import AnswerRequest
 from workflows.mission.search import SEARCH_ATTRIBUTES
 from workflows.mission.spec import ChildSpec
 from workflows.workload.client import workload_workflow_id
@@ -51,6 +52,8 @@ from workflows.workload.record import fleet_child_id
 HISTORIES = Path(__file__).resolve().parent / "histories"
 TASK_QUEUE = "record"
 NO_EXECUTOR_QUEUE = "record-no-executor"  # a worker whose executor plane is unreachable
+FLEETLESS_QUEUE = "record-fleetless"  # a worker whose executor has no fleet API
+FLEETLESS_DOWN_QUEUE = "record-fleetless-down"  # ... and one whose fleet-less executor does not answer
 POLICY = AdmissionPolicy(max_concurrent=4, runtime_quotas={"host": 4}, lease_ttl_seconds=6, allow_preemption=True)
 ONE_AT_A_TIME = POLICY.model_copy(update={"max_concurrent": 1, "runtime_quotas": {"host": 1}})
 
@@ -104,22 +107,30 @@ async def main() -> None:
             ui=False,
         )
         try:
-            with serve_in_thread(substrate_config(scratch_path / "substrate", instances=6)) as substrate:
-                await record(env.client, substrate, scratch_path)
+            with serve_in_thread(substrate_config(scratch_path / "substrate", instances=6)) as substrate, \
+                    serve_in_thread(substrate_config(scratch_path / "fleetless", instances=3, fleet_api=False)) as fleetless:
+                await record(env.client, substrate, scratch_path, fleetless.base_url)
         finally:
             await env.shutdown()
 
 
-async def record(client: Client, substrate: RunningSubstrate, scratch: Path) -> None:
+async def record(client: Client, substrate: RunningSubstrate, scratch: Path, fleetless_url: str) -> None:
     url = substrate.base_url
     config = WorkerConfig(data_dir=scratch, task_queue=TASK_QUEUE, admission_policy=POLICY, fleet_url=url, executor_url=url)
     fleet = FleetActivities(url, url, FLEET_TOKEN, EXECUTOR_TOKEN)
     dead = f"http://127.0.0.1:{free_port('127.0.0.1')}"
     broken = WorkerConfig(data_dir=scratch, task_queue=NO_EXECUTOR_QUEUE, admission_policy=POLICY, fleet_url=url, executor_url=dead)
     no_executor = FleetActivities(url, dead, FLEET_TOKEN, EXECUTOR_TOKEN)
+    bare = WorkerConfig(data_dir=scratch, task_queue=FLEETLESS_QUEUE, admission_policy=POLICY, fleet_url=fleetless_url,
+                        executor_url=fleetless_url)  # fmt: skip
+    no_fleet = FleetActivities(fleetless_url, fleetless_url, FLEET_TOKEN, EXECUTOR_TOKEN)
+    down = WorkerConfig(data_dir=scratch, task_queue=FLEETLESS_DOWN_QUEUE, admission_policy=POLICY, fleet_url=fleetless_url,
+                        executor_url=dead)  # fmt: skip
+    no_fleet_down = FleetActivities(fleetless_url, dead, FLEET_TOKEN, EXECUTOR_TOKEN)
     try:
         async with build_worker(client, config, fleet=fleet, extra_workflows=[AdmissionProbeWorkflow, DecisionSinkWorkflow]), \
-                build_worker(client, broken, fleet=no_executor):
+                build_worker(client, broken, fleet=no_executor), build_worker(client, bare, fleet=no_fleet), \
+                build_worker(client, down, fleet=no_fleet_down):
             control = MissionControl(client, TASK_QUEUE)
             await asyncio.gather(
                 admission_probes(client),
@@ -134,10 +145,13 @@ async def record(client: Client, substrate: RunningSubstrate, scratch: Path) -> 
                 orphaned_workload(client, control),
                 workloads_refused(client, url),
                 workloads_verified(client),
+                questioned_mission(client, control),
+                fleetless_mission(client),
+                fleetless_executor_down(client),
             )
     finally:
-        await fleet.aclose()
-        await no_executor.aclose()
+        for activities in (fleet, no_executor, no_fleet, no_fleet_down):
+            await activities.aclose()
 
 
 # --- admission ------------------------------------------------------------------------------
@@ -460,6 +474,89 @@ async def workloads_verified(client: Client) -> None:
         )
         await ended(handle)
         await save_chain(client, f"workload:recorded-direct:{name}", f"workload-{name}")
+
+
+# --- questions (hitl-prompt/v1) and gates -----------------------------------------------------
+
+
+async def questioned_mission(client: Client, control: MissionControl) -> None:
+    """Children that ask (answered; consensus:2; unanswered past the deadline) and gated ones
+    (approved, rejected, not answered in time)."""
+    spec = parse_spec({
+        "mission_id": "recorded-questions", "orchestrator_id": "recorder", "goal": "ask people",
+        "host_group": "questions", "aggregation": {"mode": "quorum", "minimum_successes": 1},
+        "children": [
+            {"child_id": "ask", "kind": "one-shot-command", "prompt": "$CONDUCTOR_ASK 'Go on?' && echo went on"},
+            {"child_id": "vote", "kind": "one-shot-command", "prompt": "$CONDUCTOR_ASK 'Ship?' --responder consensus:2"},
+            {"child_id": "late", "kind": "one-shot-command", "prompt": "$CONDUCTOR_ASK 'Anyone?' --deadline-seconds 2; sleep 60"},
+            {"child_id": "gate-yes", "kind": "one-shot-command", "prompt": "echo dispatched", "approval": {"required": True}},
+            {"child_id": "gate-no", "kind": "one-shot-command", "prompt": "echo never", "approval": {"required": True}},
+            {"child_id": "gate-late", "kind": "one-shot-command", "prompt": "echo never",
+             "approval": {"required": True, "timeout_seconds": 2}},
+        ],
+    })
+    await control.start(spec)
+
+    async def asked(child_id: str):
+        async def found():
+            child = (await control.show(spec.mission_id)).child(child_id)
+            return child.question
+
+        return await eventually(found, f"{child_id} asking", within=30, interval=0.2)
+
+    for child_id, operator, payload in (
+        ("ask", "alice", {"approved": True}), ("vote", "alice", {"approved": True}), ("vote", "bob", {"approved": True}),
+        ("gate-yes", "alice", {"approved": True}), ("gate-no", "bob", {"approved": False, "comment": "not now"}),
+    ):
+        question = await asked(child_id)
+        await control.answer(spec.mission_id, AnswerRequest(child_id=child_id, operator=operator, payload=payload,
+                                                            prompt_id=question.prompt_id))  # fmt: skip
+    await control.handle(spec.mission_id).result()
+    await save_chain(client, f"mission:{spec.mission_id}", "mission-questions")
+    await save_chain(client, workload_workflow_id(spec.mission_id, "ask"), "workload-question-answered")
+    await save_chain(client, workload_workflow_id(spec.mission_id, "late"), "workload-question-timed-out")
+
+
+# --- executors without the fleet API ------------------------------------------------------------
+
+
+async def fleetless_mission(client: Client) -> None:
+    """On an executor without the fleet API: a one-shot and an agent with records the conductor
+    keeps (the agent stopped with the mission), and a daemon refused as unsupported."""
+    control = MissionControl(client, FLEETLESS_QUEUE)
+    spec = parse_spec({
+        "mission_id": "recorded-fleetless", "orchestrator_id": "recorder", "goal": "run without the fleet API",
+        "host_group": "fleetless", "aggregation": {"mode": "quorum", "minimum_successes": 2},
+        "require_distinct_targets": False,
+        "children": [
+            {"child_id": "cmd", "kind": "one-shot-command", "prompt": "sleep 1.5; echo kept"},
+            {"child_id": "agent", "kind": "persistent-agent", "prompt": "sleep 300"},
+            {"child_id": "api", "kind": "daemon", "prompt": "sleep 300"},
+        ],
+    })
+    await control.run(spec)
+    await control.stop(spec.mission_id)
+    await control.handle(spec.mission_id).result()
+    await save_chain(client, f"mission:{spec.mission_id}", "mission-fleetless")
+    await save_chain(client, workload_workflow_id(spec.mission_id, "cmd"), "workload-fleetless-one-shot")
+    await save_chain(client, workload_workflow_id(spec.mission_id, "agent"), "workload-fleetless-agent")
+
+
+async def fleetless_executor_down(client: Client) -> None:
+    """A fleet-less executor that does not answer: the child shows capacity backpressure and
+    waits a durable pause before dispatching again; then it is cancelled."""
+    input = direct("down", "echo never", mission="recorded-fleetless-down").model_copy(update={"fleetless": True})
+    handle = await client.start_workflow("WorkloadWorkflow", input, id="workload:recorded-fleetless-down:down",
+                                         task_queue=FLEETLESS_DOWN_QUEUE, result_type=WorkloadResult)  # fmt: skip
+
+    async def waiting() -> bool:
+        history = await handle.fetch_history()
+        return any(event.HasField("timer_started_event_attributes") for event in history.events)
+
+    await eventually(waiting, "the dispatch paused for an unavailable executor", within=60, interval=0.5)
+    await handle.cancel()
+    await ended(handle)
+    await save_chain(client, "workload:recorded-fleetless-down:down", "workload-fleetless-executor-down")
 
 
 if __name__ == "__main__":

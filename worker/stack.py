@@ -52,7 +52,7 @@ DEFAULT_DATA_DIR = Path(".conductor")
 DEFAULT_TEMPORAL_PORT = 7233
 DEFAULT_UI_PORT = 8233
 DEFAULT_SUBSTRATE_PORT = 8787
-DEFAULT_INSTANCES = 4
+DEFAULT_INSTANCES = 5
 DEFAULT_NAMESPACE = "default"
 LOCK_FILE = "dev.lock"
 # Written while a stack runs (`conductor dev env` reads the first; the second is a Temporal envconfig file).

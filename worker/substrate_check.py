@@ -12,6 +12,10 @@ check with), in this order:
    the token was accepted (any valid token passes the executor plane), a 401 that it was not. The
    line names its role: refused on the fleet plane (operator), or accepted there too (admin);
 5. instances: the instance list parses with the client's lenient models and names the targets;
+   fleet API: a read of a record nobody has: 404 `fleet.workload_not_found` means the fleet API is
+   there; a bare 404 (no fleet router) or 503 `fleet.store_unavailable` that the executor is
+   fleet-less, which is no failure: workers run one-shot commands and persistent agents there,
+   keeping their records themselves. The record checks below need the fleet API;
 6. admit: a throw-away workload (`conductor-check-<random>`, a one-shot command that is never
    dispatched) is admitted: 202, `replayed: false`, stored `admitted` at revision 1
    (`fleet.rs`, `dispatch`). Admission stores a record and starts nothing;
@@ -229,7 +233,7 @@ async def _with_clients(
     await run.attempt("executor token", executor_token_check)
 
     if not fleet_ok:
-        for name in ("instances", "admit", "replay", "reconcile", "retire"):
+        for name in ("instances", "fleet API", "admit", "replay", "reconcile", "retire"):
             run.add(name, SKIP, "needs an accepted fleet token")
         return
 
@@ -242,6 +246,33 @@ async def _with_clients(
         return f"{len(targets)} listed, {ready} ready: {shown}{more}"
 
     await run.attempt("instances", instances_check)
+
+    fleet_api: list[bool] = []
+
+    async def fleet_api_check() -> str:
+        try:
+            await fleet.get(f"conductor-check-{secrets.token_hex(4)}")
+        except NotFound as error:
+            if error.code == "fleet.workload_not_found":
+                fleet_api.append(True)
+                return "present: this executor keeps workload records (every kind can run here)"
+        except SandboxError as error:
+            if error.code != "fleet.store_unavailable":
+                raise
+            fleet_api.append(False)
+            return ("store unavailable (503 fleet.store_unavailable): while that lasts, workers treat this executor as "
+                    "fleet-less: one-shot commands and persistent agents only, their records kept by the conductor")
+        else:
+            raise _Failed("a read of a record nobody admitted found one")
+        fleet_api.append(False)
+        return ("absent (404 on /api/v2/fleet): a fleet-less executor. Workers dispatch one-shot commands and persistent "
+                "agents over A2A alone and keep their records; daemons and scheduled collectors are refused as unsupported")
+
+    await run.attempt("fleet API", fleet_api_check)
+    if fleet_api != [True]:
+        for name in ("admit", "replay", "reconcile", "retire"):
+            run.add(name, SKIP, "needs the fleet API")
+        return
 
     child_id = f"conductor-check-{secrets.token_hex(6)}"
     record = probe_record(child_id, instance_id)

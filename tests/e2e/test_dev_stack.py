@@ -369,9 +369,12 @@ def test_demo_takes_free_ports_and_says_its_verdict_once(tmp_path: Path) -> None
     assert len(addresses) == 3 and not {"7233", "8233", "8787"} & set(addresses), out
     ledger = out[out.index("\nmission demo-", out.index("snapshot")):]
     verdicts = [line for line in ledger.splitlines() if line.startswith("  verdict")]
-    assert len(verdicts) == 1 and verdicts[0].startswith("  verdict (quorum): quorum 3/4 met (needs 3)"), ledger
+    assert len(verdicts) == 1 and verdicts[0].startswith("  verdict (quorum): quorum 3/5 met (needs 3)"), ledger
     assert sum(" met" in line for line in ledger.splitlines()) == 1, ledger
     assert "\nverdict: " not in out and "mission closed: completed" in out
+    # The child that asks before it publishes: asked, answered as an operator would, and it went on.
+    assert "publish-report asks: 'Publish the machine survey?'" in out and "-> delivered in" in out, out
+    assert "published (" in ledger and "answered by demo-operator" in ledger, ledger
 
 
 def test_make_demo_passes_demo_args_through() -> None:

@@ -20,7 +20,7 @@ from tests.support.substrate_fixtures import substrate_config, substrate_tasks
 from tests.support.substrate_support import EXECUTOR_TOKEN, FLEET_TOKEN
 from worker.ports import free_port
 
-CHECKS = ["health", "ready", "fleet token", "executor token", "instances", "admit", "replay", "reconcile", "retire"]
+CHECKS = ["health", "ready", "fleet token", "executor token", "instances", "fleet API", "admit", "replay", "reconcile", "retire"]
 
 
 @pytest.fixture(scope="module")
@@ -49,7 +49,7 @@ def check(capsys: pytest.CaptureFixture[str], url: str, fleet: Path, executor: P
         assert secret not in result.out + result.err
     outcomes = {}
     for line in result.out.splitlines():
-        match = re.match(r"(ok|FAIL|skip) +([a-z ]+): (.+)$", line)
+        match = re.match(r"(ok|FAIL|skip) +([A-Za-z ]+): (.+)$", line)
         assert match, f"not a check line: {line!r}"
         outcomes[match.group(2)] = match.group(1)
     return result, outcomes
@@ -64,6 +64,16 @@ def test_a_sound_substrate_passes_every_check_and_nothing_is_dispatched(
     child_id = re.search(r"(conductor-check-[0-9a-f]{12}) admitted", result.out).group(1)  # type: ignore[union-attr]
     assert substrate_tasks(server, child_id) == []  # admitted, replayed, reconciled, retired: never run
     assert f"{child_id}: re-adopted" in result.out and f"{child_id} cancelled" in result.out
+
+
+def test_an_executor_without_the_fleet_api_is_said_so_and_only_the_record_checks_are_skipped(
+    tmp_path: Path, tokens: dict[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    with serve_in_thread(substrate_config(tmp_path / "bare", fleet_api=False)) as bare:
+        result, outcomes = check(capsys, bare.base_url, tokens["fleet"], tokens["executor"])
+    assert result.code == 0, result.out
+    assert outcomes == {**{name: "ok" for name in CHECKS[:6]}, **{name: "skip" for name in CHECKS[6:]}}
+    assert "absent (404 on /api/v2/fleet): a fleet-less executor" in result.out
 
 
 def test_a_wrong_fleet_token_fails_its_check_and_skips_what_needs_it(

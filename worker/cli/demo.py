@@ -3,9 +3,11 @@
 What a new user sees first, so it must work on a fresh machine with nothing but
 the package installed: it starts the Temporal dev server (with its Web UI), the
 local substrate and a worker, runs the bundled mission (one child of each
-workload kind, quorum of three), shows its progress, prints the verdict and the
-ledger, then stops the mission's long-lived children and the stack, unless
-`--keep` asks it to stay up for exploring the UI.
+workload kind, and one that asks a question before it publishes, which the demo
+answers as an operator would with `conductor mission approve`; quorum of three),
+shows its progress, prints the verdict and the ledger, then stops the mission's
+long-lived children and the stack, unless `--keep` asks it to stay up for
+exploring the UI.
 """
 
 from __future__ import annotations
@@ -21,7 +23,8 @@ from pathlib import Path
 
 from worker.inputs import InputError, label, read_json
 from worker.ledger_view import ProgressLines, render_ledger, render_progress
-from worker.mission_control import MissionControl, MissionSpecError, parse_spec
+from worker.mission_control import MissionControl, MissionRefused, MissionSpecError, parse_spec
+from workflows.mission.questions import AnswerRequest
 from worker.stack import DEFAULT_DATA_DIR, DEFAULT_INSTANCES, DevStack, StackError
 from worker.cli.arguments import whole_number
 
@@ -33,7 +36,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     demo = subparsers.add_parser(
         "demo", help="start the embedded stack and run a sample mission, watched live",
         description="Starts a Temporal dev server (with its Web UI), the local substrate and a worker, runs a "
-        "mission (the bundled one: one child of each workload kind, a quorum of three), prints its progress, "
+        "mission (the bundled one: one child of each workload kind and one that asks a question, which the demo "
+        "answers as an operator would; a quorum of three), prints its progress, "
         "verdict and ledger, then stops it and the stack. Ports are free ones unless given, so a demo never "
         "collides with a `conductor dev` or another demo. Through make: make demo DEMO_ARGS='--keep --ui-port 8233'.",
         allow_abbrev=False,
@@ -47,7 +51,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     demo.add_argument("--substrate-port", type=PORT, default=0, metavar="PORT",
                       help="local substrate port (default: a free one)")
     demo.add_argument("--instances", type=whole_number(1), default=DEFAULT_INSTANCES, metavar="N",
-                      help=f"substrate executor instances (default {DEFAULT_INSTANCES}; the bundled mission needs 4)")
+                      help=f"substrate executor instances (default {DEFAULT_INSTANCES}; the bundled mission needs 5)")
     demo.set_defaults(func=run_demo)
 
 
@@ -105,11 +109,15 @@ async def _demo(args: argparse.Namespace, spec) -> int:
             if lines.changed(ledger):  # a snapshot that only renews a lease says nothing new
                 say(render_progress(ledger, datetime.now(timezone.utc)))
 
-        ledger = await control.watch(spec.mission_id, progress)
+        answering = asyncio.ensure_future(_answer_questions(control, spec.mission_id, say))
+        try:
+            ledger = await control.watch(spec.mission_id, progress)
         verdict = ledger.parent_state
         # The verdict can settle before every one-shot child has finished: let them finish
         # (they are not stopped by a verdict), so the ledger shows their outputs.
-        ledger = await _one_shots_finished(control, spec.mission_id, progress, shown=ledger.snapshot_seq)
+            ledger = await _one_shots_finished(control, spec.mission_id, progress, shown=ledger.snapshot_seq)
+        finally:
+            answering.cancel()
         say()
         say(render_ledger(ledger))
         say()
@@ -125,6 +133,33 @@ async def _demo(args: argparse.Namespace, spec) -> int:
         final = await control.handle(spec.mission_id).result()
         say(f"mission closed: {final.parent_state}; {len(final.children)} children stopped, leases released")
         return 0 if verdict == "completed" else 1
+
+
+async def _answer_questions(control: MissionControl, mission_id: str, say) -> None:
+    """Answer every question a child asks, as an operator would (`conductor mission approve`)."""
+    answered: set[str] = set()
+    while True:
+        await asyncio.sleep(0.3)
+        try:
+            ledger = await control.show(mission_id)
+        except Exception:  # not started yet, or a moment's hiccup: look again
+            continue
+        for child in ledger.children:
+            question = child.question
+            if question is None or question.prompt_id in answered:
+                continue
+            answered.add(question.prompt_id)
+            say(f"  {child.child_id} asks: {question.prompt!r} (prompt {question.prompt_id})")
+            say(f"  answering as an operator would: conductor mission approve {mission_id} {child.child_id} --comment 'looks right'")
+            started = time.monotonic()
+            try:
+                result = await control.answer(mission_id, AnswerRequest(
+                    child_id=child.child_id, operator="demo-operator", prompt_id=question.prompt_id,
+                    payload={"approved": True, "comment": "looks right"},
+                ))
+                say(f"  -> {result.outcome} in {time.monotonic() - started:.2f} s: {result.detail}")
+            except MissionRefused as error:
+                say(f"  -> refused: {error}")
 
 
 async def _one_shots_finished(control: MissionControl, mission_id: str, progress, *, shown: int, within: float = 60.0):

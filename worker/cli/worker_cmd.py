@@ -19,6 +19,7 @@ from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
 from activities.credentials import MissingCredential, executor_token, fleet_token
+from activities.fleet import FleetActivities
 from worker.config import BUILD_ID_ENV, DEPLOYMENT_NAME_ENV, WorkerConfig
 from worker.connection import ConnectionSettingError, connect_options, connect_patiently
 from worker.metrics import MetricsSettingError, metrics_address, metrics_runtime
@@ -97,6 +98,22 @@ def run_worker(args: argparse.Namespace) -> int:
     return asyncio.run(_serve(config, args.profile, metrics))
 
 
+async def _executor_kind(config: WorkerConfig) -> str:
+    """Which kind of executor the worker dispatches to (probed again whenever a mission plans)."""
+    probe = FleetActivities.from_environment(config.fleet_url, config.executor_url, http_timeout=5.0)
+    try:
+        if not probe.configured:
+            return "not probed: the worker has no tokens for it"
+        if await probe.fleet_api():
+            return "serves the fleet API"
+        return ("has no fleet API: one-shot commands and persistent agents run over A2A with records kept by the "
+                "conductor; daemons and scheduled collectors are refused as unsupported")
+    except Exception as error:  # not up yet, say: every mission's planning probes again
+        return f"could not be probed yet ({str(error)[:200]}); probed again when a mission plans"
+    finally:
+        await probe.aclose()
+
+
 async def _serve(config: WorkerConfig, profile: str | None, metrics: str | None = None) -> int:
     with stop_requested() as stop:
         try:
@@ -134,6 +151,7 @@ async def _serve(config: WorkerConfig, profile: str | None, metrics: str | None 
                 "Ctrl-C to stop.",
                 flush=True,
             )
+            print(f"conductor worker: executor {config.fleet_url} {await _executor_kind(config)}", flush=True)
             await stop.wait()
             print("conductor worker: stopping ...", flush=True)
     print("conductor worker: stopped", flush=True)

@@ -23,9 +23,9 @@ What the spec leaves to the orchestrator is decided here, purely (no Temporal, n
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
-import uuid
 from collections.abc import Iterable
 from datetime import datetime, timedelta
 from typing import Any, Literal
@@ -57,6 +57,19 @@ GATE_REJECTED_CODE = "conductor.dispatch_rejected"
 
 Source = Literal["executor", "gate"]
 Outcome = Literal["delivered", "vote", "refused-by-executor", "approved-dispatch", "rejected-dispatch"]
+
+
+_NAMESPACE_URL = bytes.fromhex("6ba7b8119dad11d180b400c04fd430c8")  # RFC 4122 appendix C
+
+
+def name_uuid(name: str) -> str:
+    """RFC 4122's name-based UUID (version 5, SHA-1, URL namespace): `uuid.uuid5(NAMESPACE_URL, name)`,
+    written out with hashlib because workflow modules import nothing that could draw a random id."""
+    digest = bytearray(hashlib.sha1(_NAMESPACE_URL + name.encode()).digest()[:16])
+    digest[6] = (digest[6] & 0x0F) | 0x50
+    digest[8] = (digest[8] & 0x3F) | 0x80
+    text = digest.hex()
+    return f"{text[:8]}-{text[8:12]}-{text[12:16]}-{text[16:20]}-{text[20:]}"
 
 
 class _Model(BaseModel):
@@ -177,7 +190,7 @@ def read_prompt(envelope: object, *, asked_at: datetime, task_id: str | None, ti
 def gate_question(mission_id: str, child_id: str, child_attempt: int, asked_at: datetime, timeout_seconds: int | None) -> Question:
     """The question a gate asks before a child is dispatched. Its prompt id is a UUID (version 5)
     derived from the child, so a replay or a later run names the same question."""
-    prompt_id = str(uuid.uuid5(uuid.NAMESPACE_URL, f"conductor:{mission_id}:{child_id}:{child_attempt}:dispatch"))
+    prompt_id = name_uuid(f"conductor:{mission_id}:{child_id}:{child_attempt}:dispatch")
     return Question(
         prompt_id=prompt_id, prompt=f"dispatch {child_id}?", response_schema=APPROVAL_SCHEMA,
         deadline=asked_at + timedelta(seconds=timeout_seconds) if timeout_seconds is not None else None,
@@ -254,7 +267,7 @@ def agreeing(answers: Iterable[Answer], question: Question, payload: dict[str, A
 
 def answer_message_id(mission_id: str, child_id: str, prompt_id: str) -> str:
     """The messageId of an answer: one per prompt, short whatever the ids' lengths."""
-    return f"answer-{uuid.uuid5(uuid.NAMESPACE_URL, f'conductor:{mission_id}:{child_id}:{prompt_id}:answer')}"
+    return f"answer-{name_uuid(f'conductor:{mission_id}:{child_id}:{prompt_id}:answer')}"
 
 
 def approves(payload: dict[str, Any]) -> bool:
