@@ -521,20 +521,30 @@ async def questioned_mission(client: Client, control: MissionControl) -> None:
 
 
 async def fleetless_mission(client: Client) -> None:
-    """On an executor without the fleet API: a one-shot and an agent with records the conductor
-    keeps (the agent stopped with the mission), and a daemon refused as unsupported."""
+    """On an executor without the fleet API: a one-shot, a command that asks (answered) and an
+    agent with records the conductor keeps (the agent stopped with the mission), and a daemon
+    refused as unsupported. The question comes and goes while the mission's state stays `running`."""
     control = MissionControl(client, FLEETLESS_QUEUE)
     spec = parse_spec({
         "mission_id": "recorded-fleetless", "orchestrator_id": "recorder", "goal": "run without the fleet API",
-        "host_group": "fleetless", "aggregation": {"mode": "quorum", "minimum_successes": 2},
+        "host_group": "fleetless", "aggregation": {"mode": "quorum", "minimum_successes": 3},
         "require_distinct_targets": False,
         "children": [
             {"child_id": "cmd", "kind": "one-shot-command", "prompt": "sleep 1.5; echo kept"},
+            {"child_id": "ask", "kind": "one-shot-command", "prompt": "$CONDUCTOR_ASK 'Go on?' && sleep 1"},
             {"child_id": "agent", "kind": "persistent-agent", "prompt": "sleep 300"},
             {"child_id": "api", "kind": "daemon", "prompt": "sleep 300"},
         ],
     })
-    await control.run(spec)
+    await control.start(spec)
+
+    async def asked():
+        return (await control.show(spec.mission_id)).child("ask").question
+
+    question = await eventually(asked, "the fleet-less child asking", within=30, interval=0.2)
+    await control.answer(spec.mission_id, AnswerRequest(child_id="ask", operator="alice", payload={"approved": True},
+                                                        prompt_id=question.prompt_id))  # fmt: skip
+    await control.wait_for_verdict(spec.mission_id)
     await control.stop(spec.mission_id)
     await control.handle(spec.mission_id).result()
     await save_chain(client, f"mission:{spec.mission_id}", "mission-fleetless")

@@ -6,6 +6,7 @@ import json
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
 
+from workflows.json_input import one_line
 from workflows.mission.ledger import ChildLedger, MissionLedger
 
 
@@ -108,7 +109,8 @@ def question_lines(mission_id: str, child: ChildLedger) -> list[str]:
     if question is not None:
         until = f", deadline {question.deadline.isoformat()}" if question.deadline is not None else ""
         who = "" if question.allowed_responders == ("any",) else f", answered by {', '.join(question.allowed_responders)}"
-        lines.append(f"asks ({question.source}, prompt {question.prompt_id}{until}{who}): {question.prompt}")
+        # The prompt is the agent's text: shown as plain text, never as terminal control (spec.md S-1).
+        lines.append(f"asks ({question.source}, prompt {question.prompt_id}{until}{who}): {one_line(question.prompt)}")
         lines.append(f"  answer schema: {json.dumps(question.response_schema, separators=(',', ':'))[:300]}")
         lines.append(f"  answer: conductor mission approve {mission_id} {child.child_id} [--reject] [--comment TEXT] [--payload JSON]")
     for answer in child.answers[-5:]:
