@@ -25,7 +25,6 @@ from substrate.server import RunningSubstrate, serve_in_thread
 from tests.support.processes import eventually
 from tests.support.substrate_fixtures import substrate_config
 from tests.support.substrate_support import EXECUTOR_TOKEN, FLEET_TOKEN, make_record
-from workflows.workload.messages import TaskDispatch
 
 pytestmark = pytest.mark.timeout(60)
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "hitl_prompt_v1"

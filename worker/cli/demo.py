@@ -112,9 +112,9 @@ async def _demo(args: argparse.Namespace, spec) -> int:
         answering = asyncio.ensure_future(_answer_questions(control, spec.mission_id, say))
         try:
             ledger = await control.watch(spec.mission_id, progress)
-        verdict = ledger.parent_state
-        # The verdict can settle before every one-shot child has finished: let them finish
-        # (they are not stopped by a verdict), so the ledger shows their outputs.
+            verdict = ledger.parent_state
+            # The verdict can settle before every one-shot child has finished: let them finish
+            # (they are not stopped by a verdict), so the ledger shows their outputs.
             ledger = await _one_shots_finished(control, spec.mission_id, progress, shown=ledger.snapshot_seq)
         finally:
             answering.cancel()
