@@ -110,7 +110,7 @@ from workflows.workload.messages import (
     WorkloadRef,
 )
 from workflows.workload.kept import TaskReading, observed, projected
-from workflows.workload.record import finished, next_status, output_version
+from workflows.workload.record import finished, next_status, output_version, waits_for_answer
 
 R = TypeVar("R")
 log = logging.getLogger(__name__)
@@ -451,7 +451,7 @@ class FleetActivities:
             return await self._call(GET_WORKLOAD, lambda: fleet.get(request.child_id))
 
         wait = request.wait_for_end_seconds
-        record = await poll(await read(), read, finished, within=wait, longest_pause=wait)
+        record = await poll(await read(), read, settled_for_now, within=wait, longest_pause=wait)
         if output_version(record) is None:
             return Dispatched(task=task, record=record)
         ended = await self.read_output(
@@ -546,7 +546,7 @@ class FleetActivities:
             return await self._project(instance, bound)
 
         wait = request.dispatch.wait_for_end_seconds
-        current = await poll(await read(), read, finished, within=wait, longest_pause=wait)
+        current = await poll(await read(), read, settled_for_now, within=wait, longest_pause=wait)
         output = None
         if output_version(current) is not None:
             output = await self.read_output(TaskRef(instance_id=instance, task_id=task.task_id,
@@ -693,6 +693,12 @@ class FleetActivities:
             status_text=self._scrub(text) if text else None,
             status_sha256=hashlib.sha256(json.dumps(status, sort_keys=True, separators=(",", ":")).encode()).hexdigest(),
         )
+
+
+def settled_for_now(record: WorkloadRecord) -> bool:
+    """Where reading on after a dispatch stops: the task ended, or it asks a person (the question
+    must reach an operator now, not after the rest of the wait)."""
+    return finished(record) or waits_for_answer(record)
 
 
 def _sha256(value: Any) -> str:

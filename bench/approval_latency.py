@@ -91,8 +91,10 @@ async def one_round(stack: DevStack, control: MissionControl, executor: Executor
     began = time.time()
     if cli:
         env = {**os.environ, **stack.cli_environment()}
-        subprocess.run([*CONDUCTOR, "mission", "approve", spec.mission_id, "ask", "--operator", "bench"],
-                       env=env, check=True, capture_output=True)  # fmt: skip
+        done = await asyncio.to_thread(subprocess.run, [*CONDUCTOR, "mission", "approve", spec.mission_id, "ask",
+                                       "--operator", "bench"], env=env, capture_output=True, text=True)  # fmt: skip
+        if done.returncode != 0:
+            raise RuntimeError(f"conductor mission approve exited {done.returncode}: {done.stderr.strip()}")
     else:
         await control.answer(spec.mission_id, AnswerRequest(child_id="ask", operator="bench", payload={"approved": True},
                                                             prompt_id=child.question.prompt_id))  # fmt: skip
