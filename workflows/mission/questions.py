@@ -265,6 +265,19 @@ def agreeing(answers: Iterable[Answer], question: Question, payload: dict[str, A
     return 1 + sum(1 for vote in votes(answers, question.prompt_id) if agreement(vote.payload) == wanted)
 
 
+def decided_here(question: Question, answers: Iterable[Answer], payload: dict[str, Any]) -> tuple[Outcome, str] | None:
+    """What an answer comes to without the executor: a vote short of consensus, or a gate's
+    decision; None: it is to be forwarded to the task that asked."""
+    needed, agreed = consensus_needed(question), agreeing(answers, question, payload)
+    if agreed < needed:
+        return "vote", f"{agreed} of {needed} operators agree; forwarded once {needed} agree"
+    if question.source == "gate":
+        if approves(payload):
+            return "approved-dispatch", "dispatch approved"
+        return "rejected-dispatch", "dispatch rejected: the child is cancelled"
+    return None
+
+
 def answer_message_id(mission_id: str, child_id: str, prompt_id: str) -> str:
     """The messageId of an answer: one per prompt, short whatever the ids' lengths."""
     return f"answer-{name_uuid(f'conductor:{mission_id}:{child_id}:{prompt_id}:answer')}"

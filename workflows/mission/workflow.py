@@ -56,7 +56,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.mission.observation import ALIVE_SIGNAL, OBSERVATION_SIGNAL, ChildObservation
     from workflows.mission.planning import plan
     from workflows.mission.questions import (
-        Answer, AnswerRequest, AnswerResult, agreeing, answer_refusal, answer_message_id, approves, consensus_needed,
+        Answer, AnswerRequest, AnswerResult, Outcome, answer_message_id, answer_refusal, decided_here,
     )
     from workflows.mission.search import MISSION_AWAITING_ANSWER, mission_attributes
     from workflows.mission.spec import MissionSpec
@@ -181,21 +181,18 @@ class MissionWorkflow:
         child = self._state.ledger.child(request.child_id)
         question = child.question
         assert question is not None  # the validator ran in this same workflow task
-        def answer(outcome: str, detail: str) -> AnswerResult:
+
+        def answer(outcome: Outcome, detail: str) -> AnswerResult:
             self._hear(Answered(request.child_id, Answer(
                 prompt_id=question.prompt_id, operator=request.operator, answered_at=workflow.now(),
-                payload=request.payload, outcome=outcome, detail=detail,  # type: ignore[arg-type]
+                payload=request.payload, outcome=outcome, detail=detail,
             )))
             workflow.logger.info("answer to %s of %s by %s: %s (%s)", question.prompt_id, request.child_id, request.operator, outcome, detail)
-            return AnswerResult(child_id=request.child_id, prompt_id=question.prompt_id, outcome=outcome, detail=detail)  # type: ignore[arg-type]
+            return AnswerResult(child_id=request.child_id, prompt_id=question.prompt_id, outcome=outcome, detail=detail)
 
-        needed, agreed = consensus_needed(question), agreeing(child.answers, question, request.payload)
-        if agreed < needed:
-            return answer("vote", f"{agreed} of {needed} operators agree; forwarded once {needed} agree")
-        if question.source == "gate":
-            approved = approves(request.payload)
-            return answer("approved-dispatch" if approved else "rejected-dispatch",
-                          "dispatch approved" if approved else "dispatch rejected: the child is cancelled")  # fmt: skip
+        here = decided_here(question, child.answers, request.payload)
+        if here is not None:
+            return answer(*here)
         assert question.task_id is not None  # an executor's question names its task
         self._delivering.add(question.prompt_id)
         try:
