@@ -1,5 +1,6 @@
 // The mission interface as a TypeScript program sees it: written from the published JSON Schemas
-// (`conductor mission schema mission-input`, `mission-spec`, `mission-ledger`, `review-request`; shipped in worker/schemas/) and
+// (`conductor mission schema mission-input`, `mission-spec`, `mission-ledger`, `review-request`, `answer-request`,
+// `answer-result`; shipped in worker/schemas/) and
 // docs/mission-control-api.md. Only the fields this example reads are typed; the schemas have all.
 import { Client, WorkflowHandle, WorkflowIdReusePolicy } from '@temporalio/client';
 
@@ -50,7 +51,7 @@ export interface MissionLedger {
   mission_id: string;
   parent_state: ParentState;
   verdict_reason: string | null;
-  children: { child_id: string; observed_state: string; outcome: string }[];
+  children: { child_id: string; observed_state: string; outcome: string; question: Question | null }[];
   refused: Refusal[];
   snapshot_seq: number;
 }
@@ -60,6 +61,31 @@ export interface ReviewRequest {
   operator: string;
   decision: 'approve' | 'reject';
   reason: string;
+}
+
+/** A child's open question (mission-ledger.schema.json, `children[].question`): hitl-prompt/v1's envelope. */
+export interface Question {
+  prompt_id: string;
+  prompt: string;
+  response_schema: Record<string, unknown>;
+  deadline: string | null;
+  allowed_responders: string[];
+  source: 'executor' | 'gate';
+}
+
+/** The `answer_child` update's argument (answer-request.schema.json) and result (answer-result.schema.json). */
+export interface AnswerRequest {
+  child_id: string;
+  operator: string;
+  payload: Record<string, unknown>;
+  prompt_id?: string;
+}
+
+export interface AnswerResult {
+  child_id: string;
+  prompt_id: string;
+  outcome: 'delivered' | 'vote' | 'refused-by-executor' | 'approved-dispatch' | 'rejected-dispatch';
+  detail: string;
 }
 
 /** A mission's workflow id: one id names one mission for good. */
@@ -82,4 +108,6 @@ export const ledger = (handle: WorkflowHandle) => handle.query<MissionLedger>('l
 export const waitForVerdict = (handle: WorkflowHandle) => handle.executeUpdate<MissionLedger, []>('wait_for_verdict');
 export const review = (handle: WorkflowHandle, request: ReviewRequest) =>
   handle.executeUpdate<MissionLedger, [ReviewRequest]>('review', { args: [request] });
+export const answerChild = (handle: WorkflowHandle, request: AnswerRequest) =>
+  handle.executeUpdate<AnswerResult, [AnswerRequest]>('answer_child', { args: [request] });
 export const stop = (handle: WorkflowHandle) => handle.signal('stop');

@@ -1,11 +1,13 @@
 // Missions driven from TypeScript with @temporalio/client alone: start, await the ledger, query,
-// review, stop, cancel, and what a mistake looks like. A conductor worker must poll the task queue.
+// review, answer a child's question, stop, cancel, and what a mistake looks like. A conductor worker must poll the task queue.
 //
 //   npm install && npx tsc && TEMPORAL_ADDRESS=127.0.0.1:7233 HOST_GROUP=default node dist/missions.js
-import { ApplicationFailure, CancelledFailure, Client, Connection, WorkflowFailedError } from '@temporalio/client';
+import {
+  ApplicationFailure, CancelledFailure, Client, Connection, WorkflowFailedError, WorkflowUpdateFailedError,
+} from '@temporalio/client';
 import {
   DEFAULT_TASK_QUEUE, MissionLedger, MissionSpec, ParentState, WorkloadKind, Aggregation,
-  ledger, review, startMission, stop, waitForVerdict,
+  answerChild, ledger, review, startMission, stop, waitForVerdict,
 } from './mission-control.js';
 
 const address = process.env.TEMPORAL_ADDRESS ?? 'localhost:7233';
@@ -58,14 +60,34 @@ async function main(): Promise<void> {
     expect('review', ((await handle.result()) as MissionLedger).parent_state, 'completed');
     console.log(`review: mission ${handle.workflowId} approved and completed`);
 
-    // 4. Long-lived children run on after the verdict until `stop`.
+    // 4. A child asks a person (its task goes input-required with a hitl-prompt/v1 envelope; on the
+    //    local substrate, `$CONDUCTOR_ASK`): the ledger shows the question, `answer_child` answers it.
+    //    A payload its response_schema refuses is a rejected update, and nothing reaches the task.
+    handle = await startMission(client, taskQueue, spec('answer', { mode: 'all-pass' }, 'one-shot-command',
+      "$CONDUCTOR_ASK 'Proceed?' && echo proceeding"));
+    await until('answer', async () => (await ledger(handle)).children[0].question !== null);
+    const question = (await ledger(handle)).children[0].question!;
+    try {
+      await answerChild(handle, { child_id: 'only', operator: 'ops@example.com', payload: { approved: 'yes' } });
+      throw new Error('answer: a wrong payload was taken');
+    } catch (error) {
+      if (!(error instanceof WorkflowUpdateFailedError) || !String(error.cause?.message).includes('/approved')) throw error;
+    }
+    const answered = await answerChild(handle, {
+      child_id: 'only', operator: 'ops@example.com', payload: { approved: true }, prompt_id: question.prompt_id,
+    });
+    expect('answer', answered.outcome, 'delivered');
+    expect('answer', ((await handle.result()) as MissionLedger).parent_state, 'completed');
+    console.log(`answer: ${question.prompt} ${answered.outcome}; mission ${handle.workflowId} completed`);
+
+    // 5. Long-lived children run on after the verdict until `stop`.
     handle = await startMission(client, taskQueue, spec('stop', { mode: 'all-pass' }, 'daemon', 'sleep 300'));
     expect('stop', (await waitForVerdict(handle)).parent_state, 'completed');
     await stop(handle);
     expect('stop', ((await handle.result()) as MissionLedger).parent_state, 'completed');
     console.log(`stop: mission ${handle.workflowId} stopped after its verdict`);
 
-    // 5. Cancel abandons a mission before its verdict; the run ends cancelled.
+    // 6. Cancel abandons a mission before its verdict; the run ends cancelled.
     handle = await startMission(client, taskQueue, spec('cancel', { mode: 'all-pass' }, 'one-shot-command', 'sleep 300'));
     await until('cancel', async () => (await ledger(handle)).parent_state === 'running');
     await handle.cancel();
@@ -77,7 +99,7 @@ async function main(): Promise<void> {
     }
     console.log(`cancel: mission ${handle.workflowId} cancelled`);
 
-    // 6. A mistake fails the run at once, typed: ApplicationFailure of type InvalidInput, non-retryable.
+    // 7. A mistake fails the run at once, typed: ApplicationFailure of type InvalidInput, non-retryable.
     const wrong = { ...spec('mistake', { mode: 'all-pass' }, 'one-shot-command', 'true'), aggregation: { mode: 'quorum', quorum: 1 } };
     handle = await startMission(client, taskQueue, wrong as unknown as MissionSpec);
     try {

@@ -297,7 +297,7 @@ async def test_the_typescript_examples_drive_missions_and_hold_a_lease(dev_clien
         code, out, err = await run_process("node", "dist/missions.js", env=env, cwd=TYPESCRIPT)
         assert code == 0, out + err
         lines = out.splitlines()
-        assert [line.split(":")[0] for line in lines] == ["run", "query", "review", "stop", "cancel", "mistake"], out
+        assert [line.split(":")[0] for line in lines] == ["run", "query", "review", "answer", "stop", "cancel", "mistake"], out
         assert "spec.aggregation.quorum.minimum_successes: Field required" in lines[-1]
 
         # A holder that is not a workflow (docs/admission-api.md): its holder workflow, renew, release.
