@@ -512,7 +512,7 @@ async def questioned_mission(client: Client, control: MissionControl) -> None:
         await control.answer(spec.mission_id, AnswerRequest(child_id=child_id, operator=operator, payload=payload,
                                                             prompt_id=question.prompt_id))  # fmt: skip
     await control.handle(spec.mission_id).result()
-    await save_chain(client, f"mission:{spec.mission_id}", "mission-questions")
+    await save_chain(client, f"mission:{spec.mission_id}", "mission-questions", last_runs=10)
     await save_chain(client, workload_workflow_id(spec.mission_id, "ask"), "workload-question-answered")
     await save_chain(client, workload_workflow_id(spec.mission_id, "late"), "workload-question-timed-out")
 

@@ -21,7 +21,7 @@ from worker.ledger_view import render_ledger
 from worker.mission_control import parse_spec
 from workflows.admission.model import AdmissionPolicy
 from workflows.mission.ledger import ChildLedger
-from workflows.mission.questions import APPROVAL_TIMEOUT_CODE, GATE_REJECTED_CODE
+from workflows.mission.questions import APPROVAL_TIMEOUT_CODE, GATE_REJECTED_CODE, AnswerRequest
 from workflows.mission.search import MISSION_AWAITING_ANSWER
 from workflows.workload.record import fleet_child_id
 
@@ -157,3 +157,30 @@ async def test_gates_hold_children_before_dispatch_until_approved_rejected_or_la
         for child_id in ("no", "slow"):
             assert substrate_tasks(substrate, fleet_child_id(mission, child_id)) == []  # never dispatched
         assert [a.outcome for a in rejected.answers] == ["rejected-dispatch"]
+
+
+async def test_a_mission_continues_as_new_while_its_children_wait_for_answers(dev_client: Client, substrate, tmp_path) -> None:
+    """A person may take days to answer, and renewing the leases meanwhile lengthens the history:
+    the mission hands over to a new run while a gate asks and while a one-shot with `approval`
+    waits on its question (it reports by signal, as long-lived children do), and still finishes."""
+    async with mission_harness(dev_client, substrate, tmp_path, policy=SHORT_LEASES) as h:
+        spec = parse_spec(h.spec("patient", [
+            child("gate", "echo gated", approval={"required": True}),
+            child("ask", "$CONDUCTOR_ASK 'Still there?' && echo still", approval={"timeout_seconds": 600}),
+        ]))
+        await h.control.start(spec, max_history_events=100, alive_every_seconds=1)
+        mission = spec.mission_id
+        await asking(h, mission, "gate")
+        await asking(h, mission, "ask")
+        workflow_id = f"mission:{mission}"
+
+        async def handed_over() -> bool:
+            return len([run async for run in dev_client.list_workflows(f"WorkflowId = '{workflow_id}'")]) >= 2
+
+        await h.until(handed_over, "the mission continuing as new while both wait", within=60)
+        for child_id in ("gate", "ask"):
+            await h.control.answer(mission, AnswerRequest(child_id=child_id, operator="alice", payload={"approved": True}))
+        final = await h.control.handle(mission).result()
+        assert final.parent_state == "completed", final.aggregation.reason
+        assert final.child("gate").output.strip() == "gated" and "still" in final.child("ask").output
+        assert [a.outcome for a in final.child("gate").answers] == ["approved-dispatch"]

@@ -18,9 +18,9 @@ from workflows.workload.messages import WorkloadInput
 class ChildStart:
     workflow_id: str
     input: WorkloadInput
-    # Long-lived children outlive the run that starts them when it continues as new (ABANDON, not
-    # cancelled with it): they report by signal, their end included, and stop themselves if the
-    # mission is ever gone (workflows.workload.workflow).
+    # Long-lived children, and children that may wait on a person (`approval`), outlive the run that
+    # starts them when it continues as new (ABANDON, not cancelled with it): they report by signal,
+    # their end included, and stop themselves if the mission is ever gone (workflows.workload.workflow).
     outlives_run: bool
     summary: str
     search_attributes: TypedSearchAttributes | None
@@ -31,7 +31,7 @@ def child_start(state: MissionState, child_id: str, *, parent_id: str, mission: 
     child = state.child_spec(child_id)
     target = state.children[child_id].assignment
     attempt = state.ledger.child(child_id).attempt
-    outlives_run = child.long_lived
+    outlives_run = child.reports_by_signal
     signalled = {"report_to_mission_by_signal": True, "watch_max_seconds": mission.alive_every_seconds}
     return ChildStart(
         workflow_id=workload_workflow_id(spec.mission_id, child_id, attempt),

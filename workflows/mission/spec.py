@@ -165,6 +165,12 @@ class ChildSpec(Placement):
         return self.approval is not None and self.approval.required
 
     @property
+    def reports_by_signal(self) -> bool:
+        """Its workload may outlive the mission's run (a mission continues as new while it runs):
+        a long-lived kind, or a child with `approval`, which may wait on a person for days."""
+        return self.long_lived or self.approval is not None
+
+    @property
     def answer_timeout_seconds(self) -> int | None:
         return self.approval.timeout_seconds if self.approval is not None else None
 

@@ -656,14 +656,14 @@ def release_ended(state: MissionState, admission: AdmissionView) -> list[Action]
 
 def may_hand_over(state: MissionState, admission: AdmissionView) -> bool:
     """Nothing the next run could not take over: no release on its way, no stop under way, no end
-    heard and not settled, no child waiting to start, only long-lived children running (they
-    report by signal, whichever run is current)."""
+    heard and not settled, no child waiting to start but gated ones asking, only children running
+    that report by signal, whichever run is current (long-lived ones, and those with `approval`)."""
     return (
         not admission.sending
         and not state.stop_requested
         and not state.unsettled
-        and not waiting(state, admission)
-        and all(state.child_spec(child_id).long_lived for child_id in state.children.ids("running"))
+        and not waiting(state, admission, but_asking=True)
+        and all(state.child_spec(child_id).reports_by_signal for child_id in state.children.ids("running"))
     )
 
 
@@ -680,10 +680,13 @@ def take_over(state: MissionState, progress: MissionProgress) -> None:
 # --- reading the state -------------------------------------------------------------------------
 
 
-def waiting(state: MissionState, admission: AdmissionView) -> bool:
-    """Children that were routed but have neither ended nor been started yet."""
+def waiting(state: MissionState, admission: AdmissionView, *, but_asking: bool = False) -> bool:
+    """Children that were routed but have neither ended nor been started yet; `but_asking`: not
+    counting admitted ones whose gate is asking (their question, run record and lease are all
+    carried, so a mission may continue as new while a person takes days to answer)."""
     return any(
         admission.state_of(run.request_id) in (None, "queued", "admitted")
+        and not (but_asking and admission.state_of(run.request_id) == "admitted" and state.ledger.child(run.child_id).question is not None)
         for run in state.children.in_phase("waiting", "withdrawing")
     )
 
