@@ -20,11 +20,13 @@ import jsonschema
 import pytest
 
 from activities.agentic_sandbox_api import HITL_PROMPT_EXTENSION, RUNTIME_EXTENSION
+from activities.fleet import FleetActivities
 from activities.sandbox_client import AnswerInvalid, ExecutorClient, FleetClient, PromptClosed
 from substrate.server import RunningSubstrate, serve_in_thread
 from tests.support.processes import eventually
 from tests.support.substrate_fixtures import substrate_config
 from tests.support.substrate_support import EXECUTOR_TOKEN, FLEET_TOKEN, make_record
+from workflows.workload.messages import QuestionAnswer
 
 pytestmark = pytest.mark.timeout(60)
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "hitl_prompt_v1"
@@ -160,3 +162,33 @@ async def test_without_the_extension_the_task_waits_with_plain_text_and_a_malfor
     artifacts = (await raw.get(f"/agents/local-1/v1/tasks/{bad}/artifacts")).json()["artifacts"]
     stderr = "".join(a["artifact"]["data"] for a in artifacts if a["artifact"]["stream"] == "stderr")
     assert "refused the question" in stderr and "response_schema" in stderr
+
+
+async def test_the_answer_activity_delivers_once_in_effect_and_a_repeat_counts_as_delivered(
+    server: RunningSubstrate, raw: httpx.AsyncClient,
+) -> None:
+    """A retried `answer_question` (its first answer's response lost, or its worker crashed) meets
+    the executor's 409 and reports delivered: the process is handed one answer, not two."""
+    task_id = await ask(server, "asks-5", "$CONDUCTOR_ASK 'Once?' && $CONDUCTOR_ASK 'Twice?' --wait 2; echo $?")
+    envelope = (await until_state(raw, task_id, "input-required"))["status"]["message"]["metadata"][HITL_PROMPT_EXTENSION]
+    activities = FleetActivities(server.base_url, server.base_url, FLEET_TOKEN, EXECUTOR_TOKEN)
+    try:
+        answer = QuestionAnswer(instance_id="local-1", task_id=task_id, message_id="answer-1",
+                                prompt_id=envelope["prompt_id"], payload={"approved": True})  # fmt: skip
+        first, again = await activities.answer_question(answer), await activities.answer_question(answer)
+        assert (first.delivered, first.task_state) == (True, "working")
+        assert again.delivered and "already answered" in again.detail
+        wrong = answer.model_copy(update={"payload": {"approved": 1}})
+        second = (await until_state(raw, task_id, "input-required", "completed"))["status"]
+        assert second["state"] == "input-required"  # the second question: a payload it refuses is not delivered
+        other = second["message"]["metadata"][HITL_PROMPT_EXTENSION]["prompt_id"]
+        assert other != envelope["prompt_id"]
+        refused = await activities.answer_question(wrong.model_copy(update={"prompt_id": other}))
+        assert not refused.delivered and "approved" in refused.detail
+    finally:
+        await activities.aclose()
+    done = await until_state(raw, task_id, "completed", "failed")
+    artifacts = (await raw.get(f"/agents/local-1/v1/tasks/{task_id}/artifacts")).json()["artifacts"]
+    stdout = "".join(a["artifact"]["data"] for a in artifacts if a["artifact"]["stream"] == "stdout")
+    assert stdout.count('{"approved": true}') == 1, stdout  # handed one answer, whatever was sent twice
+    assert stdout.strip().endswith("3") and done["status"]["state"] == "completed"  # nobody answered the second: --wait ran out

@@ -288,7 +288,8 @@ def approves(payload: dict[str, Any]) -> bool:
     return payload.get("approved") is True
 
 
-def kept(answers: tuple[Answer, ...], answer: Answer) -> tuple[Answer, ...]:
+def with_answer(answers: tuple[Answer, ...], answer: Answer) -> tuple[Answer, ...]:
+    """The answers with `answer` last: the newest MAX_ANSWERS_KEPT."""
     return (*answers, answer)[-MAX_ANSWERS_KEPT:]
 
 

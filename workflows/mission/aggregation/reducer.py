@@ -36,7 +36,7 @@ from workflows.mission.ledger import (
     ReviewDecision,
 )
 from workflows.mission.observation import ChildObservation
-from workflows.mission.questions import APPROVAL_TIMEOUT_CODE, GATE_REJECTED_CODE, Answer, Question, kept
+from workflows.mission.questions import APPROVAL_TIMEOUT_CODE, GATE_REJECTED_CODE, Answer, Question, with_answer
 from workflows.mission.spec import MissionSpec
 from workflows.workload.record import fleet_child_id
 
@@ -441,7 +441,7 @@ def record_answer(ledger: MissionLedger, child_id: str, answer: Answer, *, close
     """Keep an operator's answer; `closes`: the question is answered (delivered, or a gate decided)."""
 
     def answered(child: ChildLedger) -> ChildLedger:
-        update: dict[str, Any] = {"answers": kept(child.answers, answer)}
+        update: dict[str, Any] = {"answers": with_answer(child.answers, answer)}
         if closes and child.question is not None and child.question.prompt_id == answer.prompt_id:
             update["question"] = None
         return refresh(child.model_copy(update=update))
@@ -457,7 +457,7 @@ def decide_gate(ledger: MissionLedger, child_id: str, answer: Answer | None, *, 
     def decided(child: ChildLedger) -> ChildLedger:
         update: dict[str, Any] = {"question": None}
         if answer is not None:
-            update["answers"] = kept(child.answers, answer)
+            update["answers"] = with_answer(child.answers, answer)
         who = f" by {answer.operator}" if answer is not None else ""
         if approved:
             update |= {"observed_state": "admitted", "backpressure": None, "note": f"dispatch approved{who}"}
