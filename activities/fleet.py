@@ -32,6 +32,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import logging
 from collections.abc import Awaitable, Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any, TypeVar
@@ -49,8 +50,6 @@ from activities.credentials import (
     executor_token,
     fleet_token,
 )
-import logging
-
 from activities.sandbox_client import (
     AnswerInvalid,
     ExecutorClient,

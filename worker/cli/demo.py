@@ -105,11 +105,17 @@ async def _demo(args: argparse.Namespace, spec) -> int:
         await control.start(spec)
         lines = ProgressLines()
 
+        asked: set[str] = set()  # the prompts being answered
+        answering: list[asyncio.Future] = []
+
         def progress(ledger) -> None:
             if lines.changed(ledger):  # a snapshot that only renews a lease says nothing new
                 say(render_progress(ledger, datetime.now(timezone.utc)))
+            for child in ledger.children:  # a question: answered as an operator would
+                if child.question is not None and child.question.prompt_id not in asked:
+                    asked.add(child.question.prompt_id)
+                    answering.append(asyncio.ensure_future(_answer(control, spec.mission_id, child, say)))
 
-        answering = asyncio.ensure_future(_answer_questions(control, spec.mission_id, say))
         try:
             ledger = await control.watch(spec.mission_id, progress)
             verdict = ledger.parent_state
@@ -117,7 +123,8 @@ async def _demo(args: argparse.Namespace, spec) -> int:
             # (they are not stopped by a verdict), so the ledger shows their outputs.
             ledger = await _one_shots_finished(control, spec.mission_id, progress, shown=ledger.snapshot_seq)
         finally:
-            answering.cancel()
+            for answer in answering:
+                answer.cancel()
         say()
         say(render_ledger(ledger))
         say()
@@ -135,31 +142,20 @@ async def _demo(args: argparse.Namespace, spec) -> int:
         return 0 if verdict == "completed" else 1
 
 
-async def _answer_questions(control: MissionControl, mission_id: str, say) -> None:
-    """Answer every question a child asks, as an operator would (`conductor mission approve`)."""
-    answered: set[str] = set()
-    while True:
-        await asyncio.sleep(0.3)
-        try:
-            ledger = await control.show(mission_id)
-        except Exception:  # not started yet, or a moment's hiccup: look again
-            continue
-        for child in ledger.children:
-            question = child.question
-            if question is None or question.prompt_id in answered:
-                continue
-            answered.add(question.prompt_id)
-            say(f"  {child.child_id} asks: {question.prompt!r} (prompt {question.prompt_id})")
-            say(f"  answering as an operator would: conductor mission approve {mission_id} {child.child_id} --comment 'looks right'")
-            started = time.monotonic()
-            try:
-                result = await control.answer(mission_id, AnswerRequest(
-                    child_id=child.child_id, operator="demo-operator", prompt_id=question.prompt_id,
-                    payload={"approved": True, "comment": "looks right"},
-                ))
-                say(f"  -> {result.outcome} in {time.monotonic() - started:.2f} s: {result.detail}")
-            except MissionRefused as error:
-                say(f"  -> refused: {error}")
+async def _answer(control: MissionControl, mission_id: str, child, say) -> None:
+    """Answer a child's question as an operator would (`conductor mission approve`)."""
+    question = child.question
+    say(f"  {child.child_id} asks: {question.prompt!r} (prompt {question.prompt_id})")
+    say(f"  answering as an operator would: conductor mission approve {mission_id} {child.child_id} --comment 'looks right'")
+    started = time.monotonic()
+    try:
+        result = await control.answer(mission_id, AnswerRequest(
+            child_id=child.child_id, operator="demo-operator", prompt_id=question.prompt_id,
+            payload={"approved": True, "comment": "looks right"},
+        ))
+        say(f"  -> {result.outcome} in {time.monotonic() - started:.2f} s: {result.detail}")
+    except MissionRefused as error:
+        say(f"  -> refused: {error}")
 
 
 async def _one_shots_finished(control: MissionControl, mission_id: str, progress, *, shown: int, within: float = 60.0):

@@ -1,7 +1,7 @@
 """Questions a child asks a person, and the answers operators give: hitl-prompt/v1.
 
 An agent asks by putting its A2A task in `input-required` with a prompt envelope at
-`status.message.metadata[HITL_PROMPT_EXTENSION]` (agentic-sandbox e901dc2,
+`status.message.metadata[<the extension's URI>]` (agentic-sandbox e901dc2,
 `docs/contracts/extensions/hitl-prompt/v1/spec.md` and `envelope.schema.json`). Its fleet record
 then shows `blocked` with backpressure `approval` (fleet.rs `project_task_observation`). The
 answer goes back as a `messages:send` to the same agent whose `message.taskId` is the task and
@@ -36,8 +36,6 @@ from pydantic import BaseModel, ConfigDict, Field
 from workflows.admission.model import OperatorName
 from workflows.credential_material import find_credential_material
 
-HITL_PROMPT_EXTENSION = "https://agentic-sandbox.aiwg.io/extensions/hitl-prompt/v1"
-RESPONSE_KEY = "hitl_response_for"
 MAX_PROMPT_CHARS = 4096
 MAX_SCHEMA_BYTES = 64 * 1024
 MAX_SCHEMA_DEPTH = 32

@@ -43,7 +43,7 @@ from workflows.mission import aggregation
 from workflows.mission.attempts import TAKEN_AWAY, AttemptStop
 from workflows.mission.children import ChildRun, ChildRuns
 from workflows.inbound import Refusal
-from workflows.mission.ledger import ChildAdmission, MissionLedger, ReviewDecision
+from workflows.mission.ledger import ChildAdmission, ChildLedger, MissionLedger, ReviewDecision
 from workflows.mission.messages import MissionProgress
 from workflows.mission.observation import ChildObservation, ends_workload
 from workflows.contract import Capability
@@ -383,9 +383,9 @@ def gates(state: MissionState, admission: AdmissionView, now: datetime) -> None:
             run.phase = "done"
 
 
-def awaiting_answers(state: MissionState) -> list[str]:
-    """Children with an open question (the `MissionAwaitingAnswer` search attribute counts them)."""
-    return [child.child_id for child in state.ledger.children if child.question is not None]
+def awaiting_answers(state: MissionState) -> list[ChildLedger]:
+    """Children with an open question (the `MissionAwaitingAnswer` search attribute says whether any)."""
+    return [child for child in state.ledger.children if child.question is not None]
 
 
 # --- folding what arrived ----------------------------------------------------------------------
@@ -730,7 +730,7 @@ def progress_text(state: MissionState, admission: AdmissionView) -> str:
 
 def questions_text(state: MissionState, at_most: int = 3) -> str:
     """The open questions, for the UI's current details (answered with `conductor mission approve`)."""
-    waiting = [child for child in state.ledger.children if child.question is not None]
+    waiting = awaiting_answers(state)
     if not waiting:
         return ""
     shown = "; ".join(f"{child.child_id} asks {child.question.prompt[:120]!r}" for child in waiting[:at_most])  # type: ignore[union-attr]

@@ -25,6 +25,7 @@ from datetime import datetime
 
 from workflows.contract import Artifact, Backpressure, WorkloadRecord, WorkloadStatus
 from workflows.workload.messages import RuntimeIdentityUpdate
+from workflows.workload.record import next_status
 
 SETTLED = frozenset({"succeeded", "failed", "cancelled", "timed-out"})
 TASK_LOST = "executor.task_lost"
@@ -114,10 +115,7 @@ def projected(record: WorkloadRecord, task: TaskReading) -> WorkloadRecord | Non
     if all(getattr(current, name) == fields[name] for name in _COMPARED):
         return None
     seen = max([task.updated_at, *(created for _, _, created in task.artifacts)])
-    data = current.model_dump()
-    data.update(fields, revision=current.revision + 1, last_seen=seen)
-    data = {name: value for name, value in data.items() if value is not None}  # the contract omits, never nulls
     lineage = record.lineage
     if lineage.command_id is None and task.command_id is not None:
         lineage = lineage.model_copy(update={"command_id": task.command_id})
-    return record.model_copy(update={"lineage": lineage, "status": WorkloadStatus.model_validate(data)})
+    return record.model_copy(update={"lineage": lineage, "status": next_status(record, seen, **fields)})

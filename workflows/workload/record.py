@@ -143,11 +143,12 @@ def build_verifier_run(input: WorkloadInput) -> RunVerifier:
 
 
 def next_status(record: WorkloadRecord, now: datetime, **changes: object) -> WorkloadStatus:
-    """The record's status one revision on, with `changes` applied (health kept for daemons)."""
+    """The record's status one revision on, with `changes` applied (health kept for daemons); a
+    change to None clears that field (the contract omits it, never nulls it)."""
     current = record.status
     data = current.model_dump()
     data.update(revision=current.revision + 1, last_seen=now)
-    data.update(_present(**changes))
+    data = _present(**{**data, **changes})
     if record.kind == "daemon" and data.get("health") is None:
         data["health"] = "unknown"
     return WorkloadStatus.model_validate(data)

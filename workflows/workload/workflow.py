@@ -276,9 +276,9 @@ class WorkloadWorkflow:
                 code = (cause.type if isinstance(cause, ApplicationError) else None) or "executor.unavailable"
                 if self._kept.status.observed_state != "blocked":
                     self._note = f"the executor is unavailable ({cause}); dispatching again"
-                    status = next_status(self._kept, workflow.now(), observed_state="blocked", error_code=code)
-                    self._kept = kept.observed(self._kept, status.model_copy(update={
-                        "backpressure": Backpressure(reason="capacity", retryable=True)}), None)
+                    status = next_status(self._kept, workflow.now(), observed_state="blocked", error_code=code,
+                                         backpressure=Backpressure(reason="capacity", retryable=True))  # fmt: skip
+                    self._kept = kept.observed(self._kept, status, None)
                     await self._report(self._kept)
                 pause = next(pauses, pause)
                 await workflow.sleep(pause, summary=f"executor unavailable: dispatch {self._child_id} again")
@@ -464,9 +464,8 @@ class WorkloadWorkflow:
         def change(current: WorkloadRecord) -> Change:
             if finished(current) or not waits_for_answer(current):
                 return None  # answered, or ended, meanwhile
-            status = next_status(current, workflow.now(), observed_state="timed-out", exit_classification="timeout",
-                                 error_code=APPROVAL_TIMEOUT_CODE)  # fmt: skip
-            return status.model_copy(update={"backpressure": None}), None
+            return next_status(current, workflow.now(), observed_state="timed-out", exit_classification="timeout",
+                               error_code=APPROVAL_TIMEOUT_CODE, backpressure=None), None  # fmt: skip
 
         record = await self._compare_and_swap(record, change)
         if not finished(record):
